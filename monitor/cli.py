@@ -1,0 +1,108 @@
+"""The ``searchmon`` command line: a thin layer that parses arguments and calls the library."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from monitor.offline.evaluate import evaluate
+from monitor.offline.report import Named, format_json, format_text, skipped_note
+from monitor.offline.spec import MeasureNameError, parse_measures
+from monitor.offline.trec import TrecFormatError, parse_qrels, parse_run
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+DEFAULT_EVAL_MEASURES = ("P@5", "P@10", "R@100", "AP", "nDCG", "nDCG@10", "RR", "Rprec", "bpref")
+
+
+class UsageError(Exception):
+    """Bad arguments, configuration or input file: reported on one line, exit code 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``searchmon`` with ``argv`` (default: the process arguments); returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except UsageError as error:
+        print(f"searchmon: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_FAILURE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="searchmon", description="Search-quality monitoring: online and offline metrics."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ev = commands.add_parser(
+        "eval",
+        help="trec_eval-style evaluation of TREC-format qrels and run files",
+        description="Evaluate RUN against QRELS with trec_eval 10's conventions by default.",
+    )
+    ev.add_argument("qrels", type=Path, help="qrels file: 'qid iter docno label' per line")
+    ev.add_argument("run", type=Path, help="run file: 'qid Q0 docno rank score tag' per line")
+    ev.add_argument(
+        "-m",
+        dest="measures",
+        action="append",
+        metavar="MEASURE",
+        help="measure to compute, repeatable (P@5, nDCG@10, AP(denom=min_R_k)@10, ndcg_cut.10 "
+        f"...); default: {' '.join(DEFAULT_EVAL_MEASURES)}",
+    )
+    ev.add_argument("-q", dest="per_query", action="store_true", help="also print per query")
+    ev.add_argument(
+        "-c",
+        dest="complete",
+        action="store_true",
+        help="average over all queries of the qrels; a query missing from the run scores 0",
+    )
+    ev.add_argument(
+        "-l", dest="rel_level", type=int, default=1, metavar="REL",
+        help="lowest label that counts as relevant (default 1)",
+    )
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.set_defaults(handler=_eval)
+    return parser
+
+
+def _eval(args: argparse.Namespace) -> int:
+    measures: list[Named] = []
+    for text in args.measures or DEFAULT_EVAL_MEASURES:
+        try:
+            specs = parse_measures(text)
+        except MeasureNameError as error:
+            raise UsageError(str(error)) from None
+        for spec in specs:
+            name = text if len(specs) == 1 else _trec_display_name(text, spec.cutoff)
+            measures.append((name, spec.with_relevance_level(args.rel_level)))
+    try:
+        qrels = parse_qrels(_read(args.qrels), str(args.qrels))
+        run = parse_run(_read(args.run), str(args.run))
+    except TrecFormatError as error:
+        raise UsageError(str(error)) from None
+    evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete)
+    for note in skipped_note(evaluation, measures):
+        print(f"searchmon eval: {note}", file=sys.stderr)
+    out = format_json if args.json else format_text
+    sys.stdout.write(out(evaluation, measures, args.per_query))
+    return EXIT_OK
+
+
+def _trec_display_name(text: str, cutoff: int | None) -> str:
+    base = text.split(".", 1)[0].split("_")[0] if "." in text else text.rsplit("_", 1)[0]
+    return f"{base}_{cutoff}"
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None

@@ -1,0 +1,213 @@
+"""The offline IR measures: one small pure function each, over a batch of ranked lists.
+
+Every function has the signature ``(lists, spec) -> per-query values`` and follows
+trec_eval 10 by default; the variants people argue about are parameters of the spec
+(see ``spec.py``). ``k`` is ``spec.cutoff``, ``rel`` is ``spec.relevance`` and R is the
+number of judged documents with a label >= rel. Unjudged documents count as non-relevant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from monitor.offline.ranking import FloatArray, RankedLists, safe_divide
+from monitor.offline.spec import MeasureSpec
+
+GEOMETRIC_FLOOR = 1e-5
+"""trec_eval's MIN_GEO_MEAN: per-query values below it are raised to it before GMAP's log."""
+
+
+def precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """P@k = |relevant in top k| / k.
+
+    Fewer than k retrieved still divides by k (trec_eval P_k).
+    """
+    k = _cutoff(spec)
+    return lists.count_ranked(lists.relevant(spec.relevance), k) / k
+
+
+def recall(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """R@k = |relevant in top k| / R; 0 when R = 0 (trec_eval recall_k)."""
+    rel = spec.relevance
+    return safe_divide(lists.count_ranked(lists.relevant(rel), spec.cutoff), lists.num_rel(rel))
+
+
+def f1(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """F1@k = 2 P@k R@k / (P@k + R@k); 0 when both are 0."""
+    p = precision(lists, spec)
+    r = recall(lists, spec)
+    return safe_divide(2 * p * r, p + r)
+
+
+def average_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """AP@k = sum over relevant d in the top k of P@rank(d), divided by the denominator.
+
+    Denominator ``denom``: ``R`` (default, trec_eval map and map_cut), ``min_R_k`` (Spark
+    MLlib's meanAveragePrecisionAt; R when there is no cutoff) or ``rel_ret``, the relevant
+    documents retrieved in the top k (the recommender-systems variant). 0 when it is 0.
+    """
+    hits = lists.relevant(spec.relevance)
+    top = lists.within(spec.cutoff)
+    if top is not None:
+        hits = hits & top
+    count_so_far = lists.running_count(hits)
+    precision_at_hit = count_so_far / (lists.position + 1.0)
+    total = lists.sum_ranked(precision_at_hit, hits)
+    if spec.denom == "rel_ret":
+        denominator = lists.count(lists.segment, hits)
+    elif spec.denom == "min_R_k" and spec.cutoff is not None:
+        denominator = np.minimum(lists.num_rel(spec.relevance), spec.cutoff)
+    else:
+        denominator = lists.num_rel(spec.relevance)
+    return safe_divide(total, denominator)
+
+
+def reciprocal_rank(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """RR@k = 1 / rank of the first relevant document in the top k; 0 when there is none."""
+    hits = lists.relevant(spec.relevance)
+    top = lists.within(spec.cutoff)
+    first = lists.first_position(hits if top is None else hits & top)
+    return safe_divide(first >= 0, first + 1.0)
+
+
+def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """nDCG@k = DCG@k / IDCG@k with DCG@k = sum_{i<=k} gain(label_i) / log2(i + 1).
+
+    ``gain``: ``linear`` (the label, trec_eval) or ``exp`` (2^label - 1). Unjudged and
+    label-0 documents gain 0; the gains do not depend on rel (trec_eval). ``ideal``:
+    ``judged`` ranks all judged documents of the query by label (trec_eval), ``retrieved``
+    re-sorts the retrieved top k only. 0 when the ideal DCG is 0.
+    """
+    top = lists.within(spec.cutoff)
+    gains = _gain(lists.labels, spec)
+    dcg = lists.sum_ranked(gains / np.log2(lists.position + 2.0), top)
+    if spec.ideal == "retrieved":
+        ideal = _retrieved_ideal_dcg(lists, gains, top)
+    else:
+        ideal_gains = _gain(lists.judged, spec)
+        if spec.cutoff is not None:
+            keep = lists.judged_position < spec.cutoff
+            ideal_gains = np.where(keep, ideal_gains, 0.0)
+        discounted = ideal_gains / np.log2(lists.judged_position + 2.0)
+        ideal = np.bincount(lists.judged_segment, weights=discounted, minlength=lists.size)
+    return safe_divide(dcg, ideal)
+
+
+def r_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Rprec = |relevant in top R| / R; 0 when R = 0."""
+    num_rel = lists.num_rel(spec.relevance)
+    top_r = lists.position < num_rel[lists.segment]
+    return safe_divide(lists.count_ranked(lists.relevant(spec.relevance) & top_r, None), num_rel)
+
+
+def bpref(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """bpref = (1/R) sum over retrieved relevant r of (1 - min(n_r, R) / min(N, R)).
+
+    n_r: judged non-relevant documents ranked above r; N: judged non-relevant documents of
+    the query. Unjudged documents are skipped, as in trec_eval (Buckley and Voorhees, 2004).
+    A relevant document with no judged non-relevant one above it contributes 1.
+    """
+    rel = spec.relevance
+    num_rel = lists.num_rel(rel)
+    hits = lists.relevant(rel)
+    nonrel_above = lists.running_count((lists.labels >= 0) & ~hits)
+    bound = np.minimum(lists.num_nonrel(rel), num_rel)[lists.segment]
+    capped = np.minimum(nonrel_above, num_rel[lists.segment])
+    penalty = safe_divide(capped, bound)
+    total = lists.sum_ranked(1.0 - penalty, hits)
+    return safe_divide(total, num_rel)
+
+
+def success(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Success@k = 1 if a relevant document is in the top k, else 0 (trec_eval success_k)."""
+    found = lists.count_ranked(lists.relevant(spec.relevance), spec.cutoff)
+    return (found > 0).astype(np.float64)
+
+
+def judged(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Judged@k = |judged documents in the top k| / k (ir_measures).
+
+    Like P@k it divides by k, so a list shorter than k cannot look fully judged.
+    trec_eval's unj_k equals 1 - Judged@k when at least k documents were retrieved.
+    """
+    k = _cutoff(spec)
+    return lists.count_ranked(lists.labels >= 0, k) / k
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """A registered measure: its per-query function and how its values aggregate."""
+
+    per_query: Callable[[RankedLists, MeasureSpec], FloatArray]
+    aggregate: Callable[[FloatArray], float | None]
+
+
+def arithmetic_mean(values: FloatArray) -> float | None:
+    """Mean over the queries that have a value (NaN = skipped); None over nothing."""
+    present = values[~np.isnan(values)]
+    return float(present.mean()) if len(present) else None
+
+
+def geometric_mean(values: FloatArray) -> float | None:
+    """GMAP: exp(mean(log(max(v, 1e-5)))) over the queries that have a value (trec_eval)."""
+    present = values[~np.isnan(values)]
+    if not len(present):
+        return None
+    return math.exp(float(np.log(np.maximum(present, GEOMETRIC_FLOOR)).mean()))
+
+
+MEASURES: dict[str, Measure] = {
+    "P": Measure(precision, arithmetic_mean),
+    "R": Measure(recall, arithmetic_mean),
+    "F1": Measure(f1, arithmetic_mean),
+    "AP": Measure(average_precision, arithmetic_mean),
+    "RR": Measure(reciprocal_rank, arithmetic_mean),
+    "nDCG": Measure(ndcg, arithmetic_mean),
+    "Rprec": Measure(r_precision, arithmetic_mean),
+    "bpref": Measure(bpref, arithmetic_mean),
+    "Success": Measure(success, arithmetic_mean),
+    "Judged": Measure(judged, arithmetic_mean),
+    "GMAP": Measure(average_precision, geometric_mean),
+}
+
+
+def score(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Per-query values of ``spec``; NaN for queries it skips (``no_rel=skip`` and R = 0)."""
+    values = MEASURES[spec.name].per_query(lists, spec)
+    if spec.no_rel == "skip":
+        values = np.where(lists.num_rel(spec.relevance) == 0, np.nan, values)
+    return values
+
+
+def aggregate(spec: MeasureSpec, values: FloatArray) -> float | None:
+    """The measure's summary over queries (mean, or geometric mean for GMAP)."""
+    return MEASURES[spec.name].aggregate(values)
+
+
+def _cutoff(spec: MeasureSpec) -> int:
+    if spec.cutoff is None:
+        raise ValueError(f"{spec} needs a cutoff")
+    return spec.cutoff
+
+
+def _gain(labels: np.ndarray, spec: MeasureSpec) -> FloatArray:  # type: ignore[type-arg]
+    positive = np.maximum(labels, 0).astype(np.float64)
+    return np.exp2(positive) - 1.0 if spec.gain == "exp" else positive
+
+
+def _retrieved_ideal_dcg(
+    lists: RankedLists, gains: FloatArray, top: np.ndarray | None  # type: ignore[type-arg]
+) -> FloatArray:
+    segment = lists.segment if top is None else lists.segment[top]
+    kept = gains if top is None else gains[top]
+    order = np.lexsort((-kept, segment))
+    sorted_gains = kept[order]
+    starts = np.searchsorted(segment, np.arange(lists.size))
+    position = np.arange(len(segment)) - starts[segment]
+    return np.bincount(
+        segment, weights=sorted_gains / np.log2(position + 2.0), minlength=lists.size
+    )

@@ -1,0 +1,173 @@
+"""Ranked, labelled result lists of many queries, flattened so that measures are vectorised.
+
+A measure never loops over documents in Python: it combines the arrays below with numpy.
+A single judged query is a batch of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+UNJUDGED = -1
+"""Label of a ranked document without a judgment (absent from the qrels, or labelled -1)."""
+
+
+class DuplicateDocumentError(ValueError):
+    """A ranking names the same document twice; measures would be meaningless."""
+
+
+@dataclass(frozen=True, eq=False)
+class RankedLists:
+    """The result lists of ``size`` queries in rank order, with their judgments.
+
+    ``labels[offsets[q]:offsets[q+1]]`` are the labels of query q's results, best rank first,
+    ``UNJUDGED`` where a result has no judgment. ``judged[judged_offsets[q]:judged_offsets[q+1]]``
+    are the labels (>= 0) of every judged document of query q, retrieved or not, sorted
+    descending: they give R, the non-relevant count and the ideal ranking.
+    """
+
+    labels: IntArray
+    offsets: IntArray
+    judged: IntArray
+    judged_offsets: IntArray
+    _by_rel: dict[tuple[str, int], npt.NDArray[np.generic]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    @classmethod
+    def from_lists(
+        cls, rankings: Sequence[Sequence[str]], qrels: Sequence[Mapping[str, int]]
+    ) -> RankedLists:
+        """Build from one ranking (doc ids, best first) and one label mapping per query."""
+        if len(rankings) != len(qrels):
+            raise ValueError("one label mapping per ranking is needed")
+        labels: list[int] = []
+        offsets = [0]
+        judged: list[int] = []
+        judged_offsets = [0]
+        for ranking, query_labels in zip(rankings, qrels, strict=True):
+            if len(set(ranking)) != len(ranking):
+                raise DuplicateDocumentError(f"document {_first_repeat(ranking)!r} is ranked twice")
+            labels.extend(max(query_labels.get(doc, UNJUDGED), UNJUDGED) for doc in ranking)
+            offsets.append(len(labels))
+            judged.extend(sorted((v for v in query_labels.values() if v >= 0), reverse=True))
+            judged_offsets.append(len(judged))
+        return cls(
+            np.asarray(labels, dtype=np.int64),
+            np.asarray(offsets, dtype=np.int64),
+            np.asarray(judged, dtype=np.int64),
+            np.asarray(judged_offsets, dtype=np.int64),
+        )
+
+    @property
+    def size(self) -> int:
+        """Number of queries."""
+        return len(self.offsets) - 1
+
+    @cached_property
+    def segment(self) -> IntArray:
+        """Query index of each ranked document."""
+        return np.repeat(np.arange(self.size, dtype=np.int64), np.diff(self.offsets))
+
+    @cached_property
+    def position(self) -> IntArray:
+        """0-based rank of each ranked document within its query."""
+        return np.arange(len(self.labels), dtype=np.int64) - self.offsets[:-1][self.segment]
+
+    @cached_property
+    def judged_segment(self) -> IntArray:
+        """Query index of each judged label."""
+        return np.repeat(np.arange(self.size, dtype=np.int64), np.diff(self.judged_offsets))
+
+    @cached_property
+    def judged_position(self) -> IntArray:
+        """Position of each judged label in its query's ideal (descending) order."""
+        starts = self.judged_offsets[:-1][self.judged_segment]
+        return np.arange(len(self.judged), dtype=np.int64) - starts
+
+    @cached_property
+    def num_ret(self) -> IntArray:
+        """Number of ranked documents per query."""
+        return np.diff(self.offsets)
+
+    def relevant(self, rel: int) -> BoolArray:
+        """Whether each ranked document is relevant (judged with a label >= rel)."""
+        key = ("relevant", rel)
+        if key not in self._by_rel:
+            self._by_rel[key] = self.labels >= rel
+        return self._by_rel[key]  # type: ignore[return-value]
+
+    def num_rel(self, rel: int) -> IntArray:
+        """R: judged documents with a label >= rel, per query."""
+        key = ("num_rel", rel)
+        if key not in self._by_rel:
+            self._by_rel[key] = self.count(self.judged_segment, self.judged >= rel)
+        return self._by_rel[key]  # type: ignore[return-value]
+
+    def num_nonrel(self, rel: int) -> IntArray:
+        """Judged documents with a label below rel, per query."""
+        return self.count(self.judged_segment, self.judged < rel)
+
+    def within(self, cutoff: int | None) -> BoolArray | None:
+        """Mask of ranked documents in the top ``cutoff`` (None: no cutoff)."""
+        return None if cutoff is None else self.position < cutoff
+
+    def count(self, segment: IntArray, mask: BoolArray | None) -> IntArray:
+        """Per-query number of True entries of ``mask`` over ``segment``."""
+        if mask is None:
+            return np.bincount(segment, minlength=self.size).astype(np.int64)
+        return np.bincount(segment[mask], minlength=self.size).astype(np.int64)
+
+    def count_ranked(self, mask: BoolArray, cutoff: int | None) -> IntArray:
+        """Per-query number of ranked documents in the top ``cutoff`` where ``mask`` holds."""
+        top = self.within(cutoff)
+        return self.count(self.segment, mask if top is None else mask & top)
+
+    def sum_ranked(self, values: FloatArray, mask: BoolArray | None) -> FloatArray:
+        """Per-query sum of ``values`` over ranked documents where ``mask`` holds."""
+        if mask is None:
+            return np.bincount(self.segment, weights=values, minlength=self.size)
+        return np.bincount(self.segment[mask], weights=values[mask], minlength=self.size)
+
+    def running_count(self, mask: BoolArray) -> IntArray:
+        """Per-query inclusive running count of ``mask`` down each ranking."""
+        total = np.cumsum(mask, dtype=np.int64)
+        before = np.concatenate(([0], total))[self.offsets[:-1]]
+        return total - before[self.segment]
+
+    def first_position(self, mask: BoolArray) -> IntArray:
+        """0-based rank of the first document where ``mask`` holds, -1 where none does."""
+        hits = np.flatnonzero(mask)
+        first = np.full(self.size, -1, dtype=np.int64)
+        if len(hits):
+            seg = self.segment[hits]
+            lead = np.concatenate(([True], seg[1:] != seg[:-1]))
+            first[seg[lead]] = self.position[hits[lead]]
+        return first
+
+
+def _first_repeat(ranking: Sequence[str]) -> str:
+    seen: set[str] = set()
+    for doc in ranking:
+        if doc in seen:
+            return doc
+        seen.add(doc)
+    raise ValueError("no document is repeated")
+
+
+def safe_divide(numerator: npt.ArrayLike, denominator: npt.ArrayLike) -> FloatArray:
+    """numerator / denominator, 0 where the denominator is 0 (trec_eval's convention)."""
+    num = np.asarray(numerator, dtype=np.float64)
+    den = np.asarray(denominator, dtype=np.float64)
+    out = np.zeros(np.broadcast(num, den).shape, dtype=np.float64)
+    np.divide(num, den, out=out, where=den != 0)
+    return out
