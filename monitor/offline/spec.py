@@ -54,6 +54,9 @@ GRAMMAR_HELP = (
 class MeasureNameError(ValueError):
     """A measure name that does not follow the grammar; the message states the grammar."""
 
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}; {GRAMMAR_HELP}")
+
 
 @dataclass(frozen=True, slots=True)
 class MeasureSpec:
@@ -119,7 +122,7 @@ def parse_measure(text: str) -> MeasureSpec:
     """Parse one measure name (ours or trec_eval's) into a spec."""
     specs = parse_measures(text)
     if len(specs) != 1:
-        raise MeasureNameError(f"measure {text!r}: names one measure only here; {GRAMMAR_HELP}")
+        raise MeasureNameError(f"measure {text!r}: names one measure only here")
     return specs[0]
 
 
@@ -131,7 +134,7 @@ def parse_measures(text: str) -> list[MeasureSpec]:
         return _from_trec(text, trec["name"], trec["k"])
     ours = _OURS.match(text)
     if not ours or ours["name"] not in MEASURE_GRAMMAR:
-        raise MeasureNameError(f"unknown measure {text!r}: {GRAMMAR_HELP}")
+        raise MeasureNameError(f"unknown measure {text!r}")
     return [_from_ours(text, ours["name"], ours["params"], ours["k"])]
 
 
@@ -146,10 +149,10 @@ def _from_trec(text: str, trec_name: str, cutoffs: str | None) -> list[MeasureSp
         return [MeasureSpec(name)]
     if trec_name in ("map", "ndcg", "Rprec", "bpref", "recip_rank", "gm_map"):
         if cutoffs is not None:
-            raise MeasureNameError(f"measure {text!r}: {trec_name} takes no cutoff; {GRAMMAR_HELP}")
+            raise MeasureNameError(f"measure {text!r}: {trec_name} takes no cutoff")
         return [MeasureSpec(name)]
     if cutoffs is None:
-        raise MeasureNameError(f"measure {text!r}: {trec_name} needs a cutoff; {GRAMMAR_HELP}")
+        raise MeasureNameError(f"measure {text!r}: {trec_name} needs a cutoff")
     return [MeasureSpec(name, cutoff=_cutoff(text, k)) for k in cutoffs.split(",") if k]
 
 
@@ -157,16 +160,16 @@ def _from_ours(text: str, name: str, params: str | None, k: str | None) -> Measu
     cutoff_rule, extra = MEASURE_GRAMMAR[name]
     cutoff = None if k is None else _cutoff(text, k)
     if cutoff_rule == "required" and cutoff is None:
-        raise MeasureNameError(f"measure {text!r}: {name} needs @k; {GRAMMAR_HELP}")
+        raise MeasureNameError(f"measure {text!r}: {name} needs @k")
     if cutoff_rule == "none" and cutoff is not None:
-        raise MeasureNameError(f"measure {text!r}: {name} takes no @k; {GRAMMAR_HELP}")
+        raise MeasureNameError(f"measure {text!r}: {name} takes no @k")
     values: dict[str, object] = {}
     for item in (params or "").split(","):
         if not item.strip():
             continue
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or key not in (_COMMON_PARAMS | extra):
-            raise MeasureNameError(f"measure {text!r}: bad parameter {item!r}; {GRAMMAR_HELP}")
+            raise MeasureNameError(f"measure {text!r}: bad parameter {item!r}")
         if key in values:
             raise MeasureNameError(f"measure {text!r}: parameter {key!r} given twice")
         if key == "rel":

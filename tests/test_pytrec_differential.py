@@ -1,0 +1,120 @@
+"""Differential tests: our measures equal pytrec_eval's (trec_eval's C code) to 1e-9.
+
+Random qrels and runs include graded labels, label -1, tied scores, queries without
+relevant documents, runs shorter than the cutoffs, unjudged documents and queries present
+in only one of the two files. Scores are small multiples of 1/8, exact in float32, so that
+pytrec_eval's 32-bit storage cannot change which documents tie.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import pytrec_eval
+
+from monitor.offline.evaluate import evaluate
+from monitor.offline.spec import MeasureSpec
+from monitor.offline.trec import Qrels, Run
+
+Judgments = dict[str, dict[str, int]]
+Scores = dict[str, dict[str, float]]
+
+# our spec -> pytrec_eval's measure key
+PAIRS = {
+    MeasureSpec("P", cutoff=5): "P_5",
+    MeasureSpec("P", cutoff=10): "P_10",
+    MeasureSpec("R", cutoff=5): "recall_5",
+    MeasureSpec("R", cutoff=100): "recall_100",
+    MeasureSpec("AP"): "map",
+    MeasureSpec("AP", cutoff=5): "map_cut_5",
+    MeasureSpec("AP", cutoff=10): "map_cut_10",
+    MeasureSpec("RR"): "recip_rank",
+    MeasureSpec("nDCG"): "ndcg",
+    MeasureSpec("nDCG", cutoff=5): "ndcg_cut_5",
+    MeasureSpec("nDCG", cutoff=10): "ndcg_cut_10",
+    MeasureSpec("Rprec"): "Rprec",
+    MeasureSpec("bpref"): "bpref",
+    MeasureSpec("Success", cutoff=1): "success_1",
+    MeasureSpec("Success", cutoff=5): "success_5",
+    MeasureSpec("GMAP"): "gm_map",
+}
+TREC_MEASURES = {"P", "recall", "map", "map_cut", "recip_rank", "ndcg", "ndcg_cut", "Rprec",
+                 "bpref", "success", "gm_map"}
+
+
+def random_collection(seed: int) -> tuple[Judgments, Scores]:
+    rng = random.Random(seed)
+    qrels: Judgments = {}
+    run: Scores = {}
+    for q in range(rng.randint(5, 40)):
+        qid = f"q{q}"
+        docs = [f"d{i}" for i in range(rng.randint(1, 60))]
+        kind = rng.random()
+        if kind > 0.1:  # 10% of queries: run only
+            no_relevant = rng.random() < 0.15
+            qrels[qid] = {
+                d: rng.choice([-1, 0, 0, 0] if no_relevant else [-1, 0, 0, 0, 1, 1, 2, 3])
+                for d in rng.sample(docs, rng.randint(1, len(docs)))
+            }
+            if max(qrels[qid].values()) < 0:
+                # pytrec_eval crashes on a query whose only labels are -1 (our own unit
+                # tests cover that case); keep one judged non-relevant document.
+                qrels[qid][docs[0]] = 0
+        if kind < 0.9 or kind > 0.95:  # 5% of queries: qrels only
+            pool = docs + [f"u{i}" for i in range(20)]
+            retrieved = rng.sample(pool, rng.randint(1, min(30, len(pool))))
+            run[qid] = {d: rng.randint(0, 24) / 8 for d in retrieved}
+    return qrels, run
+
+
+def as_columns(qrels: Judgments, run: Scores) -> tuple[Qrels, Run]:
+    q = Qrels([], [], [])
+    for qid, labels in qrels.items():
+        for doc, label in labels.items():
+            q.qids.append(qid.encode())
+            q.docs.append(doc.encode())
+            q.labels.append(label)
+    qids, docs, scores = [], [], []
+    for qid, ranking in run.items():
+        for doc, value in ranking.items():
+            qids.append(qid.encode())
+            docs.append(doc.encode())
+            scores.append(value)
+    return q, Run(qids, docs, np.asarray(scores, dtype=np.float64))
+
+
+@pytest.mark.parametrize("rel", [1, 2])
+@pytest.mark.parametrize("seed", range(25))
+def test_matches_pytrec_eval(seed: int, rel: int) -> None:
+    qrels, run = random_collection(seed)
+    expected = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES, relevance_level=rel).evaluate(
+        run
+    )
+    keys = {spec.with_relevance_level(rel): key for spec, key in PAIRS.items()}
+    ours = evaluate(*as_columns(qrels, run), list(keys))
+    assert ours.query_ids == sorted(expected)
+    for spec, key in keys.items():
+        theirs = [expected[qid][key] for qid in ours.query_ids]
+        if spec.name == "GMAP":
+            theirs_summary = math.exp(sum(theirs) / len(theirs))
+            assert ours.summary[spec] == pytest.approx(theirs_summary, abs=1e-9), str(spec)
+            continue
+        np.testing.assert_allclose(ours.values[spec], theirs, rtol=0, atol=1e-9, err_msg=str(spec))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_f1_and_judged_match_pytrec_eval_building_blocks(seed: int) -> None:
+    """F1@k from pytrec_eval's P_k and recall_k; Judged@k is P_k over a judged-or-not qrels."""
+    qrels, run = random_collection(seed)
+    base = pytrec_eval.RelevanceEvaluator(qrels, {"P", "recall"}).evaluate(run)
+    indicator = {q: {d: int(v >= 0) for d, v in labels.items()} for q, labels in qrels.items()}
+    judged = pytrec_eval.RelevanceEvaluator(indicator, {"P"}).evaluate(run)
+    f1, judged10 = MeasureSpec("F1", cutoff=10, rel=1), MeasureSpec("Judged", cutoff=10, rel=1)
+    ours = evaluate(*as_columns(qrels, run), [f1, judged10])
+    for i, qid in enumerate(ours.query_ids):
+        p, r = base[qid]["P_10"], base[qid]["recall_10"]
+        assert ours.values[f1][i] == pytest.approx(2 * p * r / (p + r) if p + r else 0.0, abs=1e-9)
+        assert ours.values[judged10][i] == pytest.approx(judged[qid]["P_10"], abs=1e-9)
