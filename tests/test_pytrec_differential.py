@@ -71,19 +71,19 @@ def random_collection(seed: int) -> tuple[Judgments, Scores]:
 
 
 def as_columns(qrels: Judgments, run: Scores) -> tuple[Qrels, Run]:
-    q = Qrels([], [], [])
-    for qid, labels in qrels.items():
-        for doc, label in labels.items():
-            q.qids.append(qid.encode())
-            q.docs.append(doc.encode())
-            q.labels.append(label)
+    q_qids, q_docs, labels = [], [], []
+    for qid, judgments in qrels.items():
+        for doc, label in judgments.items():
+            q_qids.append(qid.encode())
+            q_docs.append(doc.encode())
+            labels.append(label)
     qids, docs, scores = [], [], []
     for qid, ranking in run.items():
         for doc, value in ranking.items():
             qids.append(qid.encode())
             docs.append(doc.encode())
             scores.append(value)
-    return q, Run(qids, docs, np.asarray(scores, dtype=np.float64))
+    return Qrels.from_columns(q_qids, q_docs, labels), Run.from_columns(qids, docs, scores)
 
 
 @pytest.mark.parametrize("rel", [1, 2])

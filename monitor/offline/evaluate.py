@@ -30,43 +30,52 @@ class Evaluation:
 
 def rank_run(qrels: Qrels, run: Run, *, complete: bool = False) -> tuple[list[str], RankedLists]:
     """The evaluated query ids (sorted) and their ranked, labelled lists."""
-    judgments: dict[bytes, dict[bytes, int]] = {}
-    for qid, doc, label in zip(qrels.qids, qrels.docs, qrels.labels, strict=True):
-        judgments.setdefault(qid, {})[doc] = label
+    run_to_qrels = run.qids.codes_in(qrels.qids)
+    in_run = np.zeros(len(qrels.qids.vocab), dtype=np.bool_)
+    in_run[run_to_qrels[run_to_qrels >= 0]] = True
+    evaluated = np.arange(len(in_run)) if complete else np.flatnonzero(in_run)
+    # query index (into the evaluated, sorted ids) of each qrels and run row; -1: not evaluated
+    slot = np.full(len(qrels.qids.vocab), -1, dtype=np.int64)
+    slot[evaluated] = np.arange(len(evaluated))
+    judged_query = slot[qrels.qids.codes]
+    run_slot = np.where(run_to_qrels >= 0, slot[np.maximum(run_to_qrels, 0)], -1)
+    query = run_slot[run.qids.codes]
 
-    run_codes: dict[bytes, int] = {}
-    codes = np.fromiter(
-        (run_codes.setdefault(q, len(run_codes)) for q in run.qids), np.int64, len(run.qids)
-    )
-    evaluated = sorted(judgments if complete else (q for q in run_codes if q in judgments))
-    index = {q: i for i, q in enumerate(evaluated)}
-    remap = np.array([index.get(q, -1) for q in run_codes], dtype=np.int64)
-    query = remap[codes] if len(codes) else codes
-    empty: dict[bytes, int] = {}
-    labels = np.fromiter(
-        (judgments.get(q, empty).get(d, UNJUDGED) for q, d in zip(run.qids, run.docs, strict=True)),
-        np.int64,
-        len(run.qids),
-    )
-
+    labels = _labels_of_run(qrels, run)
     keep = np.flatnonzero(query >= 0)
-    order = keep[np.lexsort((-run.scores[keep], query[keep]))]
-    order = _break_ties_by_docno(order, query, run)
+    # score descending, then document id descending (trec_eval's strcmp order)
+    order = keep[np.lexsort((-run.docs.codes[keep], -run.scores[keep], query[keep]))]
     counts = np.bincount(query[order], minlength=len(evaluated))
 
-    judged_query = np.fromiter((index.get(q, -1) for q in qrels.qids), np.int64, len(qrels.qids))
-    judged_labels = np.asarray(qrels.labels, dtype=np.int64)
-    usable = np.flatnonzero((judged_query >= 0) & (judged_labels >= 0))
-    judged_order = usable[np.lexsort((-judged_labels[usable], judged_query[usable]))]
+    usable = np.flatnonzero((judged_query >= 0) & (qrels.labels >= 0))
+    judged_order = usable[np.lexsort((-qrels.labels[usable], judged_query[usable]))]
     judged_counts = np.bincount(judged_query[judged_order], minlength=len(evaluated))
 
     lists = RankedLists(
         np.maximum(labels[order], UNJUDGED),
         _offsets(counts),
-        judged_labels[judged_order],
+        qrels.labels[judged_order],
         _offsets(judged_counts),
     )
-    return [q.decode("utf-8", "replace") for q in evaluated], lists
+    names = qrels.qids.vocab[evaluated]
+    return [q.decode("utf-8", "replace") for q in names.tolist()], lists
+
+
+def _labels_of_run(qrels: Qrels, run: Run) -> IntArray:
+    """The qrels label of each run row, UNJUDGED when the pair is not judged."""
+    doc_count = max(len(qrels.docs.vocab), 1)
+    judged_keys = qrels.qids.codes * doc_count + qrels.docs.codes
+    by_key = np.argsort(judged_keys)
+    sorted_keys = judged_keys[by_key]
+    query = run.qids.codes_in(qrels.qids)[run.qids.codes]
+    doc = run.docs.codes_in(qrels.docs)[run.docs.codes]
+    keys = query * doc_count + doc
+    found = (query >= 0) & (doc >= 0)
+    where = np.minimum(np.searchsorted(sorted_keys, keys), max(len(sorted_keys) - 1, 0))
+    if not len(sorted_keys):
+        return np.full(len(keys), UNJUDGED, dtype=np.int64)
+    found &= sorted_keys[where] == keys
+    return np.where(found, qrels.labels[by_key[where]], UNJUDGED).astype(np.int64)
 
 
 def evaluate(
@@ -80,18 +89,3 @@ def evaluate(
 
 def _offsets(counts: IntArray) -> IntArray:
     return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-
-
-def _break_ties_by_docno(order: IntArray, query: IntArray, run: Run) -> IntArray:
-    """Within runs of equal (query, score), order documents by id descending (strcmp)."""
-    scores = run.scores[order]
-    queries = query[order]
-    tied = (scores[1:] == scores[:-1]) & (queries[1:] == queries[:-1])
-    if not tied.any():
-        return order
-    order = order.copy()
-    edges = np.diff(np.concatenate(([0], tied.astype(np.int8), [0])))
-    for start, stop in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
-        group = order[start : stop + 1]
-        order[start : stop + 1] = sorted(group, key=lambda i: run.docs[i], reverse=True)
-    return order

@@ -2,21 +2,26 @@
 
 Parsing is pure: it takes the bytes of a file and its name (for messages) and returns
 columns, or raises ``TrecFormatError`` naming the file, the line and what was expected.
-Large files take a vectorised path; any irregular line falls back to a line-by-line pass
-that finds the exact error.
+Regular files take a vectorised path that never makes a Python object per token; any
+irregular line sends the whole file through a line-by-line pass that finds the exact error.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 
-from monitor.offline.ranking import FloatArray
+from monitor.offline.ranking import FloatArray, IntArray
 
-_SPACE = np.zeros(256, dtype=np.bool_)
-_SPACE[[9, 10, 11, 12, 13, 32]] = True
+BytesArray = npt.NDArray[np.bytes_]
+
+_CHUNK_BYTES = 1 << 22
+"""The fast path scans this much at a time, so its scratch arrays stay small and reused."""
 
 
 class TrecFormatError(ValueError):
@@ -24,67 +29,171 @@ class TrecFormatError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Strings:
+    """A column of byte strings: its sorted distinct values and each row's index into them.
+
+    Sorted order is byte order, which is trec_eval's strcmp order for query and document ids.
+    """
+
+    vocab: BytesArray
+    codes: IntArray
+
+    @classmethod
+    def of(cls, values: Sequence[bytes] | BytesArray) -> Strings:
+        array = np.asarray(values, dtype=np.bytes_).reshape(-1)
+        if not len(array):
+            return cls(array, np.zeros(0, dtype=np.int64))
+        order = _byte_order(array)
+        ordered = array[order]
+        new = np.empty(len(array), dtype=np.bool_)
+        new[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+        codes = np.empty(len(array), dtype=np.int64)
+        codes[order] = np.cumsum(new) - 1
+        return cls(ordered[new], codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def codes_in(self, other: Strings) -> IntArray:
+        """For each value of this vocabulary, its code in ``other``'s, or -1 when absent."""
+        if not len(other.vocab):
+            return np.full(len(self.vocab), -1, dtype=np.int64)
+        where = np.searchsorted(other.vocab, self.vocab)
+        clipped = np.minimum(where, len(other.vocab) - 1)
+        return np.where(other.vocab[clipped] == self.vocab, clipped, -1).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
 class Qrels:
     """Judgments as parallel columns, one entry per line."""
 
-    qids: list[bytes]
-    docs: list[bytes]
-    labels: list[int]
+    qids: Strings
+    docs: Strings
+    labels: IntArray
+
+    @classmethod
+    def from_columns(
+        cls, qids: Sequence[bytes], docs: Sequence[bytes], labels: Sequence[int]
+    ) -> Qrels:
+        return cls(Strings.of(qids), Strings.of(docs), np.asarray(labels, dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
     """Retrieved documents as parallel columns, one entry per line, in file order."""
 
-    qids: list[bytes]
-    docs: list[bytes]
+    qids: Strings
+    docs: Strings
     scores: FloatArray
+
+    @classmethod
+    def from_columns(
+        cls, qids: Sequence[bytes], docs: Sequence[bytes], scores: Sequence[float]
+    ) -> Run:
+        return cls(Strings.of(qids), Strings.of(docs), np.asarray(scores, dtype=np.float64))
 
 
 def parse_qrels(data: bytes, source: str) -> Qrels:
     """Parse qrels: exactly four columns, the fourth an integer label (-1: unjudged)."""
-    columns = _regular_columns(data, 4)
+    columns = _regular_columns(data, 4, (0, 2, 3))
     if columns is not None:
         try:
-            labels = [int(v) for v in columns[3]]
+            labels = columns[2].astype(np.int64)
         except ValueError:
             labels = None
         if labels is not None:
-            qrels = Qrels(columns[0], columns[2], labels)
-            _check_unique(qrels.qids, qrels.docs, data, source, "judged")
-            return qrels
+            qrels = Qrels(Strings.of(columns[0]), Strings.of(columns[1]), labels)
+            if not _has_repeated_pair(qrels.qids, qrels.docs):
+                return qrels
     return _parse_qrels_by_line(data, source)
 
 
 def parse_run(data: bytes, source: str) -> Run:
     """Parse a run: at least six columns (more are ignored), the fifth a finite score."""
-    columns = _regular_columns(data, 6)
+    columns = _regular_columns(data, 6, (0, 2, 4))
     if columns is not None:
         try:
-            scores = np.array(columns[4]).astype(np.float64)
+            scores = columns[2].astype(np.float64)
         except ValueError:
             scores = None
         if scores is not None and bool(np.isfinite(scores).all()):
-            run = Run(columns[0], columns[2], scores)
-            _check_unique(run.qids, run.docs, data, source, "retrieved")
-            return run
+            run = Run(Strings.of(columns[0]), Strings.of(columns[1]), scores)
+            if not _has_repeated_pair(run.qids, run.docs):
+                return run
     return _parse_run_by_line(data, source)
 
 
-def _regular_columns(data: bytes, width: int) -> list[list[bytes]] | None:
-    """The columns when every non-blank line has exactly ``width`` fields, else None."""
-    tokens = data.split()
-    if not tokens or len(tokens) % width:
-        return None
+def _regular_columns(data: bytes, width: int, wanted: tuple[int, ...]) -> list[BytesArray] | None:
+    """The ``wanted`` columns when every non-blank line has exactly ``width`` fields, else None.
+
+    None also for what only the line-by-line pass handles exactly: comment lines, NUL and
+    control bytes other than ASCII whitespace.
+    """
+    parts: list[list[BytesArray]] = [[] for _ in wanted]
     buf = np.frombuffer(data, dtype=np.uint8)
-    space = _SPACE[buf]
-    starts = ~space
-    starts[1:] &= space[:-1]
-    line_of_token = np.cumsum(buf == 10)[starts]
-    per_line = np.bincount(line_of_token)
+    start = 0
+    while start < len(buf):
+        stop = data.find(b"\n", min(start + _CHUNK_BYTES, len(data)) - 1)
+        stop = len(data) if stop < 0 else stop + 1
+        columns = _chunk_columns(buf[start:stop], width, wanted)
+        if columns is None:
+            return None
+        for part, column in zip(parts, columns, strict=True):
+            part.append(column)
+        start = stop
+    if not parts[0]:
+        return None
+    return [np.concatenate(part) for part in parts]
+
+
+def _chunk_columns(
+    chunk: npt.NDArray[np.uint8], width: int, wanted: tuple[int, ...]
+) -> list[BytesArray] | None:
+    control = chunk < 32
+    if control.any() and (((chunk < 9) | (chunk > 13)) & control).any():
+        return None
+    ink = (chunk > 32).view(np.int8)
+    edges = np.diff(ink, prepend=np.int8(0), append=np.int8(0))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    if len(starts) % width:
+        return None
+    line_ends = np.flatnonzero(chunk == 10)
+    if not len(line_ends) or line_ends[-1] != len(chunk) - 1:
+        line_ends = np.append(line_ends, len(chunk))
+    per_line = np.diff(np.searchsorted(starts, line_ends), prepend=0)
     if not np.all((per_line == 0) | (per_line == width)):
         return None
-    return [tokens[i::width] for i in range(width)]
+    if (chunk[starts[::width]] == ord("#")).any():
+        return None
+    return [_gather(chunk, starts[c::width], ends[c::width]) for c in wanted]
+
+
+def _gather(chunk: npt.NDArray[np.uint8], starts: IntArray, ends: IntArray) -> BytesArray:
+    """Fixed-width byte strings of the tokens ``chunk[starts[i]:ends[i]]``."""
+    lengths = ends - starts
+    width = int(lengths.max()) if len(lengths) else 1
+    padded = np.concatenate((chunk, np.zeros(width, dtype=np.uint8)))
+    matrix = sliding_window_view(padded, width)[starts]
+    matrix[np.arange(width) >= lengths[:, None]] = 0
+    return matrix.view(f"S{width}").reshape(-1)
+
+
+def _byte_order(array: BytesArray) -> IntArray:
+    """argsort of fixed-width byte strings, done on big-endian 64-bit words (same order)."""
+    width = array.dtype.itemsize
+    words = np.zeros((len(array), -(-width // 8) * 8), dtype=np.uint8)
+    words[:, :width] = array.view(np.uint8).reshape(-1, width)
+    keys = words.view(">u8")
+    if keys.shape[1] == 1:
+        return np.argsort(keys[:, 0], kind="stable").astype(np.int64)
+    return np.lexsort(keys.T[::-1]).astype(np.int64)
+
+
+def _has_repeated_pair(qids: Strings, docs: Strings) -> bool:
+    keys = np.sort(qids.codes * max(len(docs.vocab), 1) + docs.codes)
+    return bool((keys[1:] == keys[:-1]).any())
 
 
 def _lines(data: bytes) -> list[tuple[int, list[bytes]]]:
@@ -97,7 +206,9 @@ def _lines(data: bytes) -> list[tuple[int, list[bytes]]]:
 
 
 def _parse_qrels_by_line(data: bytes, source: str) -> Qrels:
-    qrels = Qrels([], [], [])
+    qids: list[bytes] = []
+    docs: list[bytes] = []
+    labels: list[int] = []
     seen: set[tuple[bytes, bytes]] = set()
     for number, fields in _lines(data):
         where = f"{source}:{number}"
@@ -105,6 +216,7 @@ def _parse_qrels_by_line(data: bytes, source: str) -> Qrels:
             raise TrecFormatError(
                 f"{where}: expected 4 columns 'qid iter docno label', found {len(fields)}"
             )
+        _check_no_nul(where, fields)
         try:
             label = int(fields[3])
         except ValueError:
@@ -117,10 +229,10 @@ def _parse_qrels_by_line(data: bytes, source: str) -> Qrels:
                 f"{where}: document {_show(fields[2])} judged twice for query {_show(fields[0])}"
             )
         seen.add(key)
-        qrels.qids.append(fields[0])
-        qrels.docs.append(fields[2])
-        qrels.labels.append(label)
-    return qrels
+        qids.append(fields[0])
+        docs.append(fields[2])
+        labels.append(label)
+    return Qrels.from_columns(qids, docs, labels)
 
 
 def _parse_run_by_line(data: bytes, source: str) -> Run:
@@ -134,6 +246,7 @@ def _parse_run_by_line(data: bytes, source: str) -> Run:
             raise TrecFormatError(
                 f"{where}: expected 6 columns 'qid Q0 docno rank score tag', found {len(fields)}"
             )
+        _check_no_nul(where, fields)
         try:
             score = float(fields[4])
         except ValueError:
@@ -152,18 +265,12 @@ def _parse_run_by_line(data: bytes, source: str) -> Run:
         qids.append(fields[0])
         docs.append(fields[2])
         scores.append(score)
-    return Run(qids, docs, np.asarray(scores, dtype=np.float64))
+    return Run.from_columns(qids, docs, scores)
 
 
-def _check_unique(
-    qids: list[bytes], docs: list[bytes], data: bytes, source: str, verb: str
-) -> None:
-    if len(set(zip(qids, docs, strict=True))) != len(qids):
-        # Rare: re-read line by line to report the first repeated pair with its line number.
-        if verb == "judged":
-            _parse_qrels_by_line(data, source)
-        else:
-            _parse_run_by_line(data, source)
+def _check_no_nul(where: str, fields: list[bytes]) -> None:
+    if any(b"\0" in field for field in fields):
+        raise TrecFormatError(f"{where}: expected text, found a NUL byte")
 
 
 def _show(token: bytes) -> str:

@@ -1,0 +1,87 @@
+"""Benchmark: ``searchmon eval`` against pytrec_eval (trec_eval's C code) on the same files.
+
+Generates 10,000 queries x 100 retrieved documents (about 50 judged per query, graded), then
+times, in the same run:
+
+- ours: the whole ``searchmon eval`` process (start-up, parsing, ranking, measures, printing);
+- baseline: pytrec_eval as people use it: read both files into dicts in Python, build a
+  ``RelevanceEvaluator`` and evaluate (no interpreter start-up counted for the baseline).
+
+Prints both times and the ratio ours / baseline (target <= 1.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytrec_eval
+
+OUR_MEASURES = ["P@10", "R@100", "AP", "nDCG@10", "RR", "Rprec", "bpref"]
+TREC_MEASURES = {"P_10", "recall_100", "map", "ndcg_cut_10", "recip_rank", "Rprec", "bpref"}
+
+
+def generate(directory: Path, queries: int, depth: int, seed: int) -> tuple[Path, Path]:
+    rng = random.Random(seed)
+    qrels_lines, run_lines = [], []
+    for q in range(queries):
+        docs = [f"doc{q}-{i}" for i in range(depth + 50)]
+        for doc in rng.sample(docs, 50):
+            qrels_lines.append(f"{q} 0 {doc} {rng.choice((0, 0, 0, 1, 1, 2, 3))}\n")
+        for rank, doc in enumerate(rng.sample(docs, depth), start=1):
+            run_lines.append(f"{q} Q0 {doc} {rank} {rng.random() * 20:.6f} bench\n")
+    qrels, run = directory / "qrels", directory / "run"
+    qrels.write_text("".join(qrels_lines))
+    run.write_text("".join(run_lines))
+    return qrels, run
+
+
+def ours(qrels: Path, run: Path) -> float:
+    args = [sys.executable, "-m", "monitor", "eval", str(qrels), str(run)]
+    for m in OUR_MEASURES:
+        args += ["-m", m]
+    start = time.perf_counter()
+    subprocess.run(args, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def baseline(qrels: Path, run: Path) -> float:
+    start = time.perf_counter()
+    judgments: dict[str, dict[str, int]] = defaultdict(dict)
+    with qrels.open() as lines:
+        for line in lines:
+            qid, _, doc, label = line.split()
+            judgments[qid][doc] = int(label)
+    scores: dict[str, dict[str, float]] = defaultdict(dict)
+    with run.open() as lines:
+        for line in lines:
+            qid, _, doc, _, score, _ = line.split()
+            scores[qid][doc] = float(score)
+    pytrec_eval.RelevanceEvaluator(judgments, TREC_MEASURES).evaluate(scores)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queries", type=int, default=10_000)
+    parser.add_argument("--depth", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3, help="best of N for each side")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        qrels, run = generate(Path(tmp), args.queries, args.depth, seed=7)
+        ours_s = min(ours(qrels, run) for _ in range(args.repeat))
+        base_s = min(baseline(qrels, run) for _ in range(args.repeat))
+    print(f"eval bench: {args.queries} queries x {args.depth} docs, {len(OUR_MEASURES)} measures")
+    print(f"  searchmon eval (whole process):      {ours_s:7.3f} s")
+    print(f"  pytrec_eval (parse + evaluate):      {base_s:7.3f} s")
+    print(f"  ratio ours / pytrec_eval:            {ours_s / base_s:7.2f}  (target <= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
