@@ -34,8 +34,11 @@ def generate(directory: Path, queries: int, depth: int, seed: int) -> tuple[Path
         docs = [f"doc{q}-{i}" for i in range(depth + 50)]
         for doc in rng.sample(docs, 50):
             qrels_lines.append(f"{q} 0 {doc} {rng.choice((0, 0, 0, 1, 1, 2, 3))}\n")
-        for rank, doc in enumerate(rng.sample(docs, depth), start=1):
-            run_lines.append(f"{q} Q0 {doc} {rank} {rng.random() * 20:.6f} bench\n")
+        # as systems write them: best first, scores descending (some tied)
+        scores = sorted((round(rng.random() * 20, 3) for _ in range(depth)), reverse=True)
+        ranked = zip(rng.sample(docs, depth), scores, strict=True)
+        for rank, (doc, score) in enumerate(ranked, start=1):
+            run_lines.append(f"{q} Q0 {doc} {rank} {score:.3f} bench\n")
     qrels, run = directory / "qrels", directory / "run"
     qrels.write_text("".join(qrels_lines))
     run.write_text("".join(run_lines))

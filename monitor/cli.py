@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from monitor.offline.evaluate import evaluate
@@ -70,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.set_defaults(handler=_eval)
+
+    demo = commands.add_parser(
+        "demo",
+        help="the embedded default: evaluate the bundled example judgments and run",
+        description="Evaluate the example qrels and run that ship with the package.",
+    )
+    demo.set_defaults(handler=_demo)
     return parser
 
 
@@ -83,17 +91,27 @@ def _eval(args: argparse.Namespace) -> int:
         for spec in specs:
             name = text if len(specs) == 1 else _trec_display_name(text, spec.cutoff)
             measures.append((name, spec.with_relevance_level(args.rel_level)))
-    try:
-        qrels = parse_qrels(_read(args.qrels), str(args.qrels))
-        run = parse_run(_read(args.run), str(args.run))
-    except TrecFormatError as error:
-        raise UsageError(str(error)) from None
+    # numpy releases the GIL in most of the parsing, so the two files parse side by side
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        qrels_job = pool.submit(lambda: parse_qrels(_read(args.qrels), str(args.qrels)))
+        try:
+            run = parse_run(_read(args.run), str(args.run))
+            qrels = qrels_job.result()
+        except TrecFormatError as error:
+            raise UsageError(str(error)) from None
     evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete)
     for note in skipped_note(evaluation, measures):
         print(f"searchmon eval: {note}", file=sys.stderr)
     out = format_json if args.json else format_text
     sys.stdout.write(out(evaluation, measures, args.per_query))
     return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    examples = Path(__file__).parent / "examples"
+    qrels, run = examples / "qrels.txt", examples / "run.txt"
+    print(f"searchmon eval -q {qrels} {run}\n", flush=True)
+    return main(["eval", "-q", str(qrels), str(run)])
 
 
 def _trec_display_name(text: str, cutoff: int | None) -> str:

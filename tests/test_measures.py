@@ -182,7 +182,8 @@ def test_query_judged_only_with_minus_one_scores_zero_or_is_skipped() -> None:
     for name in ("AP", "nDCG", "RR", "Rprec", "bpref"):
         assert values(lists, MeasureSpec(name)) == [0.0]
         assert math.isnan(values(lists, MeasureSpec(name, no_rel="skip"))[0])
-    assert aggregate(MeasureSpec("AP", no_rel="skip"), score(lists, MeasureSpec("AP", no_rel="skip"))) is None
+    skipping = MeasureSpec("AP", no_rel="skip")
+    assert aggregate(skipping, score(lists, skipping)) is None
 
 
 def test_ndcg_ideal_from_all_judged_documents_by_default() -> None:

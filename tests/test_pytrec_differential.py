@@ -70,7 +70,9 @@ def random_collection(seed: int) -> tuple[Judgments, Scores]:
     return qrels, run
 
 
-def as_columns(qrels: Judgments, run: Scores) -> tuple[Qrels, Run]:
+def as_columns(qrels: Judgments, run: Scores, best_first: bool = False) -> tuple[Qrels, Run]:
+    """Columns as files would hold them; ``best_first`` lists each query by score descending
+    (tied documents in arbitrary order), as systems usually write runs."""
     q_qids, q_docs, labels = [], [], []
     for qid, judgments in qrels.items():
         for doc, label in judgments.items():
@@ -79,22 +81,26 @@ def as_columns(qrels: Judgments, run: Scores) -> tuple[Qrels, Run]:
             labels.append(label)
     qids, docs, scores = [], [], []
     for qid, ranking in run.items():
-        for doc, value in ranking.items():
+        items = list(ranking.items())
+        if best_first:
+            items.sort(key=lambda item: -item[1])
+        for doc, value in items:
             qids.append(qid.encode())
             docs.append(doc.encode())
             scores.append(value)
     return Qrels.from_columns(q_qids, q_docs, labels), Run.from_columns(qids, docs, scores)
 
 
+@pytest.mark.parametrize("best_first", [False, True])
 @pytest.mark.parametrize("rel", [1, 2])
 @pytest.mark.parametrize("seed", range(25))
-def test_matches_pytrec_eval(seed: int, rel: int) -> None:
+def test_matches_pytrec_eval(seed: int, rel: int, best_first: bool) -> None:
     qrels, run = random_collection(seed)
     expected = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES, relevance_level=rel).evaluate(
         run
     )
     keys = {spec.with_relevance_level(rel): key for spec, key in PAIRS.items()}
-    ours = evaluate(*as_columns(qrels, run), list(keys))
+    ours = evaluate(*as_columns(qrels, run, best_first), list(keys))
     assert ours.query_ids == sorted(expected)
     for spec, key in keys.items():
         theirs = [expected[qid][key] for qid in ours.query_ids]

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from monitor.offline.ranking import FloatArray, RankedLists, safe_divide
+from monitor.offline.ranking import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    RankedLists,
+    safe_divide,
+    segment_sums,
+)
 from monitor.offline.spec import MeasureSpec
 
 GEOMETRIC_FLOOR = 1e-5
@@ -93,7 +100,7 @@ def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
             keep = lists.judged_position < spec.cutoff
             ideal_gains = np.where(keep, ideal_gains, 0.0)
         discounted = ideal_gains / np.log2(lists.judged_position + 2.0)
-        ideal = np.bincount(lists.judged_segment, weights=discounted, minlength=lists.size)
+        ideal = segment_sums(lists.judged_segment, discounted, lists.size)
     return safe_divide(dcg, ideal)
 
 
@@ -194,13 +201,13 @@ def _cutoff(spec: MeasureSpec) -> int:
     return spec.cutoff
 
 
-def _gain(labels: np.ndarray, spec: MeasureSpec) -> FloatArray:  # type: ignore[type-arg]
+def _gain(labels: IntArray, spec: MeasureSpec) -> FloatArray:
     positive = np.maximum(labels, 0).astype(np.float64)
     return np.exp2(positive) - 1.0 if spec.gain == "exp" else positive
 
 
 def _retrieved_ideal_dcg(
-    lists: RankedLists, gains: FloatArray, top: np.ndarray | None  # type: ignore[type-arg]
+    lists: RankedLists, gains: FloatArray, top: BoolArray | None
 ) -> FloatArray:
     segment = lists.segment if top is None else lists.segment[top]
     kept = gains if top is None else gains[top]
@@ -208,6 +215,4 @@ def _retrieved_ideal_dcg(
     sorted_gains = kept[order]
     starts = np.searchsorted(segment, np.arange(lists.size))
     position = np.arange(len(segment)) - starts[segment]
-    return np.bincount(
-        segment, weights=sorted_gains / np.log2(position + 2.0), minlength=lists.size
-    )
+    return segment_sums(segment, sorted_gains / np.log2(position + 2.0), lists.size)

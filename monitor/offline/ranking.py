@@ -135,8 +135,8 @@ class RankedLists:
     def sum_ranked(self, values: FloatArray, mask: BoolArray | None) -> FloatArray:
         """Per-query sum of ``values`` over ranked documents where ``mask`` holds."""
         if mask is None:
-            return np.bincount(self.segment, weights=values, minlength=self.size)
-        return np.bincount(self.segment[mask], weights=values[mask], minlength=self.size)
+            return segment_sums(self.segment, values, self.size)
+        return segment_sums(self.segment[mask], values[mask], self.size)
 
     def running_count(self, mask: BoolArray) -> IntArray:
         """Per-query inclusive running count of ``mask`` down each ranking."""
@@ -162,6 +162,11 @@ def _first_repeat(ranking: Sequence[str]) -> str:
             return doc
         seen.add(doc)
     raise ValueError("no document is repeated")
+
+
+def segment_sums(segment: IntArray, values: FloatArray, size: int) -> FloatArray:
+    """Sum of ``values`` per segment index 0..size-1."""
+    return np.bincount(segment, weights=values, minlength=size).astype(np.float64, copy=False)
 
 
 def safe_divide(numerator: npt.ArrayLike, denominator: npt.ArrayLike) -> FloatArray:

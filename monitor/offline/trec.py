@@ -9,7 +9,9 @@ irregular line sends the whole file through a line-by-line pass that finds the e
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,21 +132,21 @@ def _regular_columns(data: bytes, width: int, wanted: tuple[int, ...]) -> list[B
     None also for what only the line-by-line pass handles exactly: comment lines, NUL and
     control bytes other than ASCII whitespace.
     """
-    parts: list[list[BytesArray]] = [[] for _ in wanted]
     buf = np.frombuffer(data, dtype=np.uint8)
+    chunks = []
     start = 0
     while start < len(buf):
         stop = data.find(b"\n", min(start + _CHUNK_BYTES, len(data)) - 1)
         stop = len(data) if stop < 0 else stop + 1
-        columns = _chunk_columns(buf[start:stop], width, wanted)
-        if columns is None:
-            return None
-        for part, column in zip(parts, columns, strict=True):
-            part.append(column)
+        chunks.append(buf[start:stop])
         start = stop
-    if not parts[0]:
+    # numpy releases the GIL in this work, so chunks are scanned in parallel
+    with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1) or 1) as pool:
+        scanned = list(pool.map(lambda chunk: _chunk_columns(chunk, width, wanted), chunks))
+    if not scanned or any(columns is None for columns in scanned):
         return None
-    return [np.concatenate(part) for part in parts]
+    return [np.concatenate([columns[i] for columns in scanned if columns is not None])
+            for i in range(len(wanted))]
 
 
 def _chunk_columns(
@@ -154,9 +156,9 @@ def _chunk_columns(
     if control.any() and (((chunk < 9) | (chunk > 13)) & control).any():
         return None
     ink = (chunk > 32).view(np.int8)
-    edges = np.diff(ink, prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
+    # token boundaries: +1 where a token starts, -1 just after it ends; they alternate
+    bounds = np.flatnonzero(np.diff(ink, prepend=np.int8(0), append=np.int8(0)))
+    starts, ends = bounds[0::2], bounds[1::2]
     if len(starts) % width:
         return None
     line_ends = np.flatnonzero(chunk == 10)
@@ -176,7 +178,7 @@ def _gather(chunk: npt.NDArray[np.uint8], starts: IntArray, ends: IntArray) -> B
     width = int(lengths.max()) if len(lengths) else 1
     padded = np.concatenate((chunk, np.zeros(width, dtype=np.uint8)))
     matrix = sliding_window_view(padded, width)[starts]
-    matrix[np.arange(width) >= lengths[:, None]] = 0
+    matrix *= np.arange(width) < lengths[:, None]
     return matrix.view(f"S{width}").reshape(-1)
 
 
