@@ -1,1 +1,8 @@
 """Search-quality monitoring."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("searchmon")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"

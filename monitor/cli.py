@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from prometheus_client.registry import CollectorRegistry
+
+from monitor.config import Config, ConfigError, load_config
+from monitor.http import MetricsServer
+from monitor.metrics import PipelineCollector
 from monitor.offline.evaluate import evaluate
 from monitor.offline.report import Named, format_json, format_text, skipped_note
 from monitor.offline.spec import MeasureNameError, parse_measures
 from monitor.offline.trec import TrecFormatError, parse_qrels, parse_run
+from monitor.pipeline import Pipeline, RejectionLog
+from monitor.replay import format_json as format_replay_json
+from monitor.replay import format_table, replay, report
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -72,6 +83,29 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.set_defaults(handler=_eval)
 
+    rp = commands.add_parser(
+        "replay",
+        help="the daemon's pipeline over JSONL event files, then a report",
+        description="Run the pipeline over EVENTS (JSONL, optionally gzip), close every "
+        "session at the end and print the report.",
+    )
+    rp.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="JSONL event file")
+    rp.add_argument("--config", type=Path, help="TOML configuration (default: built-in)")
+    rp.add_argument("--report", choices=("json", "table"), default="table")
+    rp.add_argument(
+        "--serve", action="store_true",
+        help="keep serving /metrics on [http] listen afterwards, until interrupted",
+    )
+    rp.set_defaults(handler=_replay)
+
+    cc = commands.add_parser(
+        "check-config",
+        help="validate a configuration file and explain every error",
+        description="Validate FILE; exit 0 when it is usable, 2 with one line per error.",
+    )
+    cc.add_argument("file", type=Path, metavar="FILE")
+    cc.set_defaults(handler=_check_config)
+
     demo = commands.add_parser(
         "demo",
         help="the embedded default: evaluate the bundled example judgments and run",
@@ -104,6 +138,61 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"searchmon eval: {note}", file=sys.stderr)
     out = format_json if args.json else format_text
     sys.stdout.write(out(evaluation, measures, args.per_query))
+    return EXIT_OK
+
+
+def _load(path: Path | None) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as error:
+        raise UsageError("invalid configuration " + str(error)) from None
+
+
+def _replay(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    pipeline = Pipeline(config)
+    rejections = RejectionLog(config.input.rejection_log_limit)
+    for path in args.events:
+        try:
+            replay(pipeline, path, rejections)
+        except OSError as error:
+            raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    pipeline.close()
+    result = report(pipeline)
+    sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
+    sys.stdout.flush()
+    if args.serve:
+        registry = CollectorRegistry()
+        registry.register(PipelineCollector(lambda: pipeline))
+        try:
+            server = MetricsServer(config.http.address, registry).start()
+        except OSError as error:
+            raise UsageError(f"cannot listen on {config.http.listen}: {error.strerror}") from None
+        print(f"serving http://{config.http.listen}/metrics (Ctrl-C to stop)", file=sys.stderr)
+        try:
+            _wait_for_signal()
+        finally:
+            server.close()
+    return EXIT_OK
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        load_config(args.file)
+    except ConfigError as error:
+        print(f"{args.file}: invalid configuration", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.file}: ok")
     return EXIT_OK
 
 

@@ -1,0 +1,209 @@
+"""Configuration: TOML validated by pydantic at start-up, every key with a default.
+
+A file that sets only what differs from the defaults is valid; an unknown key is an error
+(``extra="forbid"``), and every error names the key, the bad value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from monitor.offline.spec import MeasureNameError, parse_measure
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number (seconds) or a string such as ``"30s"``, ``"5m"``, ``"7d"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30s, 5m, 1h, 7d or a number of seconds")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match[1]) * _UNITS[match[2]]
+    else:
+        raise ValueError("expected a duration such as 30s, 5m, 1h, 7d or a number of seconds")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaConfig(Section):
+    bootstrap_servers: list[str] = ["127.0.0.1:9092"]
+    group_id: str = "searchmon"
+    events_topic: str = "search-events"
+    judgments_topic: str = "search-judgments"
+    dead_letter_topic: str | None = None
+
+
+class HttpConfig(Section):
+    listen: str = "127.0.0.1:9108"
+
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("expected HOST:PORT, for example 127.0.0.1:9108 or 0.0.0.0:9108")
+        return value
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+class StateConfig(Section):
+    dir: Path = Path("state")
+
+
+class SessionsConfig(Section):
+    timeout: Duration = 1800.0
+    """A session closes after this long without events (event time)."""
+    allowed_lateness: Duration = 120.0
+    """The watermark trails the newest event time by this much."""
+    success_dwell: Duration = 30.0
+    """A click with at least this dwell makes a session successful."""
+    reformulation_window: Duration = 60.0
+    """A query followed within this time by another, with no click between, is reformulated."""
+    recent_queries: int = Field(default=8, ge=1, le=64)
+    """Queries per session remembered to attribute clicks, dwell and conversions."""
+
+
+class ClassRule(Section):
+    """Assigns ``class`` to queries whose normalised text matches every condition given."""
+
+    class_: str = Field(alias="class", min_length=1)
+    pattern: str | None = None
+    min_terms: int | None = Field(default=None, ge=0)
+    max_terms: int | None = Field(default=None, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as error:
+                raise ValueError(f"not a regular expression: {error}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _has_a_condition(self) -> ClassRule:
+        if self.pattern is None and self.min_terms is None and self.max_terms is None:
+            raise ValueError("a rule needs at least one of pattern, min_terms, max_terms")
+        return self
+
+
+class QueryClassesConfig(Section):
+    names: list[str] = []
+    """The closed set of classes; empty: the first ``max_query_classes`` seen become classes."""
+    max_query_classes: int = Field(default=20, ge=1, le=1000)
+    rules: list[ClassRule] = []
+
+    @field_validator("names")
+    @classmethod
+    def _distinct_and_not_other(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("class names must be distinct")
+        if "other" in names:
+            raise ValueError("'other' is implicit: it holds every query outside the set")
+        if any(not name for name in names):
+            raise ValueError("class names must not be empty")
+        return names
+
+
+class InputConfig(Section):
+    max_event_bytes: int = Field(default=1 << 20, ge=256)
+    """Messages larger than this are rejected as ``too_large`` before decoding."""
+    rejection_log_limit: int = Field(default=100, ge=0)
+    """Rejected messages logged individually per reason; later ones are only counted."""
+
+
+class OfflineConfig(Section):
+    measures: list[str] = ["nDCG@10", "P@5", "AP", "RR", "Judged@10"]
+
+    @field_validator("measures")
+    @classmethod
+    def _parse(cls, names: list[str]) -> list[str]:
+        canonical = []
+        for name in names:
+            try:
+                canonical.append(str(parse_measure(name)))
+            except MeasureNameError as error:
+                raise ValueError(str(error)) from None
+        return canonical
+
+
+class Config(Section):
+    kafka: KafkaConfig = KafkaConfig()
+    http: HttpConfig = HttpConfig()
+    state: StateConfig = StateConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    query_classes: QueryClassesConfig = QueryClassesConfig()
+    input: InputConfig = InputConfig()
+    offline: OfflineConfig = OfflineConfig()
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; ``problems`` has one line per error."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+def load_config(path: Path | None) -> Config:
+    """The configuration in ``path``, or the defaults when ``path`` is None."""
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(str(path), [f"cannot read: {error.strerror}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), ["not UTF-8 text"]) from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(source, [f"not valid TOML: {error}"]) from None
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(source, [_explain(e) for e in error.errors()]) from None
+
+
+def _explain(error: Any) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key (check the spelling against config.example.toml)"
+    if kind == "missing":
+        return f"{key}: required"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{key} = {error['input']!r}: {message}"
