@@ -22,7 +22,7 @@ from monitor.offline.spec import MeasureNameError, parse_measures
 from monitor.offline.trec import TrecFormatError, parse_qrels, parse_run
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import format_json as format_replay_json
-from monitor.replay import format_table, replay, report
+from monitor.replay import format_table, replay, report, tune_for_throughput
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -153,6 +153,7 @@ def _replay(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     pipeline = Pipeline(config)
     rejections = RejectionLog(config.input.rejection_log_limit)
+    tune_for_throughput()
     for path in args.events:
         try:
             replay(pipeline, path, rejections)

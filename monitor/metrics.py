@@ -163,11 +163,11 @@ def _health(pipeline: Pipeline) -> Iterator[Metric]:
     )
     classes.add_metric([], len(pipeline.classes.names))
     yield classes
-    if health.last_event_time is not None:
+    if pipeline.sessions.newest > float("-inf"):
         last = GaugeMetricFamily(
             "searchmon_last_event_timestamp_seconds", "Event time of the newest accepted event."
         )
-        last.add_metric([], health.last_event_time)
+        last.add_metric([], pipeline.sessions.newest)
         yield last
         watermark = GaugeMetricFamily(
             "searchmon_watermark_timestamp_seconds",

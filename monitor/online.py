@@ -9,20 +9,20 @@ clicks, never its events, so memory per open session is small and bounded.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.config import SessionsConfig
+from monitor.events import Reason
 
-# Bits of Session.flags
+# Bits of Session.flags: the session's own, then those of its latest query; an older
+# query keeps its query bits in its own slot.
 CLICKED = 1
 SUCCESSFUL = 2
-
-# Bits of a remembered query's flags
-QUERY_CLICKED = 1
-CLICK_AFTER = 2  # some click in the session arrived after this query
+QUERY_CLICKED = 4
+CLICK_AFTER = 8  # some click in the session arrived after this query
+QUERY_BITS = QUERY_CLICKED | CLICK_AFTER
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)
@@ -96,97 +96,145 @@ class OnlineCounters:
 
 
 class Session:
-    """One open session: its newest event time, first query's class, flags and recent queries.
+    """One open session: newest event time, first query's class, flags, and recent queries.
 
-    ``recent`` is flat, four slots per query: query id, class, time, flags.
+    The latest query is kept inline (most clicks are on it); ``older`` holds earlier ones,
+    flat, four slots per query (id, class, time, flags), or is None.
     """
 
-    __slots__ = ("flags", "klass", "last", "queries", "recent")
+    __slots__ = (
+        "flags", "klass", "last", "older", "queries", "query_class", "query_id",
+        "query_time",
+    )
 
     def __init__(self, last: float) -> None:
         self.last = last
-        self.klass = -1
+        self.klass = 0
         self.queries = 0
         self.flags = 0
-        self.recent: list[Any] = []
+        self.query_id: str | None = None
+        self.query_class = 0
+        self.query_time = last
+        self.older: list[Any] | None = None
 
 
 @dataclass
 class Sessions:
-    """The sessionizer's explicit state: open sessions, watermark, dedupe memory."""
+    """The sessionizer's explicit state: open sessions, watermark, dedupe memory.
+
+    A session closes once the watermark passes its last event plus the timeout. Closing is
+    checked for an event's own session on arrival, and for the others through ``due``: each
+    session id waits in the bucket of the time it would close; when the watermark passes a
+    bucket, its sessions close or move to their new bucket. The buckets decide only when
+    memory is freed, never what is counted.
+    Event ids are remembered in two generations of ``timeout + allowed_lateness`` of event
+    time each: an id is known for at least that long and at most twice that long.
+    """
 
     config: SessionsConfig
     counters: OnlineCounters
-    open: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+    open: dict[str, Session] = field(default_factory=dict)
     newest: float = float("-inf")
-    seen_ids: set[str] = field(default_factory=set)
-    seen_order: deque[tuple[float, str]] = field(default_factory=deque)
+    seen: set[str] = field(default_factory=set)
+    seen_before: set[str] = field(default_factory=set)
+    generation_end: float = float("-inf")
+    due: dict[int, list[str]] = field(default_factory=dict)
+    next_due: float = float("-inf")
     unmatched_clicks: int = 0
-    next_expiry: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.bucket_seconds = max(1.0, self.config.timeout / 30)
+        self._timeout = self.config.timeout
+        self._lateness = self.config.allowed_lateness
+        self._success_dwell_ms = self.config.success_dwell * 1000.0
+        self._reformulation_window = self.config.reformulation_window
+        self._older_slots = 4 * self.config.recent_queries
 
     @property
     def watermark(self) -> float:
         return self.newest - self.config.allowed_lateness
 
-    def first_sighting(self, event_id: str, time: float) -> bool:
-        """False for an event id seen before (within the dedupe memory)."""
-        if event_id in self.seen_ids:
-            return False
-        self.seen_ids.add(event_id)
-        self.seen_order.append((time, event_id))
-        return True
-
-    def advance(self, time: float) -> None:
-        """Move event time forward to ``time``; close what the watermark has passed."""
+    def admit(self, event_id: str, session_id: str, time: float) -> Session | Reason:
+        """The open session an event joins (opening one), or why the event is rejected."""
+        seen = self.seen
+        if event_id in seen or event_id in self.seen_before:
+            return Reason.DUPLICATE
+        lateness, timeout = self._lateness, self._timeout
         if time > self.newest:
             self.newest = time
-            if time >= self.next_expiry:
-                self.expire()
-                self.next_expiry = time + 1.0
-
-    def expire(self) -> None:
-        """Close sessions the watermark has passed and forget ids older than the memory."""
-        watermark = self.watermark
-        cutoff = watermark - self.config.timeout
+            if time - lateness >= self.next_due:
+                self._close_due()
+        watermark = self.newest - lateness
         sessions = self.open
-        while sessions:
-            session_id, session = next(iter(sessions.items()))
-            if session.last >= cutoff:
-                break
-            del sessions[session_id]
-            self.close(session)
-        forget = self.newest - self.config.timeout - self.config.allowed_lateness
-        order, seen = self.seen_order, self.seen_ids
-        while order and order[0][0] < forget:
-            seen.discard(order.popleft()[1])
-
-    def close_all(self) -> None:
-        """End of input: close every open session."""
-        while self.open:
-            self.close(self.open.popitem(last=False)[1])
-        self.seen_order.clear()
-        self.seen_ids.clear()
-
-    def session_for(self, session_id: str, time: float) -> Session | None:
-        """The open session this event belongs to (opening one), or None if it is too late."""
-        session = self.open.get(session_id)
+        session = sessions.get(session_id)
         if session is not None:
-            if time - session.last <= self.config.timeout:
+            end = session.last + timeout
+            if end < watermark:  # due: the watermark has passed it
+                del sessions[session_id]
+                self.close(session)
+                if time <= end:
+                    return Reason.TOO_LATE
+            elif time > end:  # an inactivity gap: a new session begins
+                del sessions[session_id]
+                self.close(session)
+            else:
                 if time > session.last:
                     session.last = time
-                    self.open.move_to_end(session_id)
+                seen.add(event_id)
                 return session
-            del self.open[session_id]  # inactivity gap: the old session is over
-            self.close(session)
-        if time < self.watermark - self.config.timeout:
-            return None
-        session = Session(time)
-        self.open[session_id] = session
+        if time + timeout < watermark:
+            return Reason.TOO_LATE
+        session = sessions[session_id] = Session(time)
+        bucket = int((time + timeout) // self.bucket_seconds)
+        waiting = self.due.get(bucket)
+        if waiting is None:
+            self.due[bucket] = [session_id]
+        else:
+            waiting.append(session_id)
+        seen.add(event_id)
         return session
+
+    def _schedule(self, session_id: str, end: float) -> None:
+        bucket = int(end // self.bucket_seconds)
+        waiting = self.due.get(bucket)
+        if waiting is None:
+            self.due[bucket] = [session_id]
+        else:
+            waiting.append(session_id)
+
+    def _close_due(self) -> None:
+        """Close the sessions the watermark has passed; rotate the dedupe memory."""
+        config = self.config
+        watermark = self.newest - config.allowed_lateness
+        if self.newest >= self.generation_end:
+            self.seen_before, self.seen = self.seen, set()
+            self.generation_end = self.newest + config.timeout + config.allowed_lateness
+        passed = int(watermark // self.bucket_seconds)  # buckets below this have ended
+        for bucket in sorted(b for b in self.due if b < passed):
+            for session_id in self.due.pop(bucket):
+                session = self.open.get(session_id)
+                if session is None:
+                    continue  # closed already
+                end = session.last + config.timeout
+                if end < watermark:
+                    del self.open[session_id]
+                    self.close(session)
+                elif int(end // self.bucket_seconds) != bucket:
+                    self._schedule(session_id, end)
+        self.next_due = (passed + 1) * self.bucket_seconds
+
+    def close_all(self) -> None:
+        """End of input: close every open session and forget every id."""
+        for session in self.open.values():
+            self.close(session)
+        self.open.clear()
+        self.due.clear()
+        self.seen.clear()
+        self.seen_before.clear()
 
     def close(self, session: Session) -> None:
         if session.queries == 0:
-            return
+            return  # a session counts only if it has a query
         c, counters = session.klass, self.counters
         counters.sessions[c] += 1
         if not session.flags & CLICKED:
@@ -195,7 +243,7 @@ class Sessions:
             counters.successful_sessions[c] += 1
         counters.queries_per_session.observe(c, session.queries)
 
-    # --- events ---------------------------------------------------------------------------
+    # --- events of an admitted session -----------------------------------------------------
 
     def on_query(
         self, session: Session, klass: int, query_id: str, time: float, results: int,
@@ -207,67 +255,91 @@ class Sessions:
         if zero_result:
             counters.zero_result_queries[klass] += 1
         if latency_seconds is not None:
-            counters.query_latency.observe(klass, latency_seconds)
-        recent = session.recent
-        # the previous query (by arrival) was reformulated if no click came after it soon
-        if (
-            recent
-            and not recent[-1] & CLICK_AFTER
-            and 0 <= time - recent[-2] <= self.config.reformulation_window
-        ):
-            counters.reformulated_queries[recent[-3]] += 1
+            latency = counters.query_latency
+            latency.counts[klass][bisect_left(latency.bounds, latency_seconds)] += 1
+            latency.sums[klass] += latency_seconds
         if session.queries == 0:
             session.klass = klass
+        else:
+            # the previous query (by arrival) was reformulated: no click after it, soon followed
+            if (
+                not session.flags & CLICK_AFTER
+                and 0 <= time - session.query_time <= self._reformulation_window
+            ):
+                counters.reformulated_queries[session.query_class] += 1
+            older = session.older
+            if older is None:
+                older = session.older = []
+            older += (session.query_id, session.query_class, session.query_time,
+                      session.flags & QUERY_BITS)
+            if len(older) >= self._older_slots:
+                del older[:4]
         session.queries += 1
-        recent += (query_id, klass, time, 0)
-        if len(recent) > 4 * self.config.recent_queries:
-            del recent[:4]
+        session.query_id = query_id
+        session.query_class = klass
+        session.query_time = time
+        session.flags &= ~QUERY_BITS
 
     def on_click(
         self, session: Session, query_id: str, time: float, position: int,
         dwell_ms: float | None,
     ) -> None:
         counters = self.counters
-        recent = session.recent
-        found = _find(recent, query_id)
-        if found < 0:
-            klass = session.klass if session.klass >= 0 else 0
-            self.unmatched_clicks += 1
+        bits = CLICKED | CLICK_AFTER
+        if session.query_id == query_id:
+            klass = session.query_class
+            first = not session.flags & QUERY_CLICKED
+            bits |= QUERY_CLICKED
+            if first:
+                delay = time - session.query_time
         else:
-            klass = recent[found + 1]
-            flags = recent[found + 3]
-            if not flags & QUERY_CLICKED:
-                recent[found + 3] = flags | QUERY_CLICKED
-                counters.clicked_queries[klass] += 1
-                counters.first_click_reciprocal_rank.observe(klass, 1.0 / position)
-                query_time = recent[found + 2]
-                if time >= query_time:
-                    counters.time_to_first_click.observe(klass, time - query_time)
-        if recent:
-            recent[-1] |= CLICK_AFTER
+            older = session.older
+            found = _find(older, query_id)
+            if found < 0 or older is None:
+                klass = session.klass
+                first = False
+                self.unmatched_clicks += 1
+            else:
+                klass = older[found + 1]
+                first = not older[found + 3] & QUERY_CLICKED
+                if first:
+                    older[found + 3] |= QUERY_CLICKED
+                    delay = time - older[found + 2]
+        if first:
+            counters.clicked_queries[klass] += 1
+            rr = counters.first_click_reciprocal_rank
+            rr.counts[klass][bisect_left(rr.bounds, 1.0 / position)] += 1
+            rr.sums[klass] += 1.0 / position
+            if delay >= 0:
+                ttfc = counters.time_to_first_click
+                ttfc.counts[klass][bisect_left(ttfc.bounds, delay)] += 1
+                ttfc.sums[klass] += delay
         counters.clicks[klass] += 1
-        counters.click_position.observe(klass, position)
-        session.flags |= CLICKED
-        if dwell_ms is not None and dwell_ms >= self.config.success_dwell * 1000.0:
+        positions = counters.click_position
+        positions.counts[klass][bisect_left(positions.bounds, position)] += 1
+        positions.sums[klass] += position
+        session.flags |= bits
+        if dwell_ms is not None and dwell_ms >= self._success_dwell_ms:
             session.flags |= SUCCESSFUL
 
     def on_dwell(self, session: Session, dwell_ms: float) -> None:
-        if dwell_ms >= self.config.success_dwell * 1000.0:
+        if dwell_ms >= self._success_dwell_ms:
             session.flags |= SUCCESSFUL
 
     def on_conversion(self, session: Session, query_id: str | None) -> None:
-        found = _find(session.recent, query_id) if query_id is not None else -1
-        if found >= 0:
-            klass = session.recent[found + 1]
+        if query_id is not None and query_id == session.query_id:
+            klass = session.query_class
         else:
-            klass = session.klass if session.klass >= 0 else 0
+            found = _find(session.older, query_id) if query_id is not None else -1
+            klass = session.older[found + 1] if found >= 0 and session.older else session.klass
         self.counters.conversions[klass] += 1
         session.flags |= SUCCESSFUL
 
 
-def _find(recent: list[Any], query_id: str | None) -> int:
-    """Index of ``query_id``'s four slots in a session's recent queries, newest first; -1."""
-    for i in range(len(recent) - 4, -1, -4):
-        if recent[i] == query_id:
-            return i
+def _find(older: list[Any] | None, query_id: str | None) -> int:
+    """Index of ``query_id``'s four slots among a session's older queries, newest first; -1."""
+    if older:
+        for i in range(len(older) - 4, -1, -4):
+            if older[i] == query_id:
+                return i
     return -1

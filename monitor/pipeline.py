@@ -8,25 +8,29 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from pydantic import ValidationError
 
 from monitor.classes import QueryClasses
 from monitor.config import Config
 from monitor.events import (
-    Click,
-    Conversion,
-    Dwell,
+    Event,
     IgnoredAction,
-    Judgment,
-    Qrels,
-    Query,
+    LiveEvent,
     Reason,
     Rejection,
-    decode,
-    seconds,
+    decode_native,
+    decode_other,
+    epoch_seconds,
+    too_large,
 )
-from monitor.online import OnlineCounters, Sessions
+from monitor.online import OnlineCounters, Session, Sessions
 
 log = logging.getLogger(__name__)
+
+fromisoformat = datetime.fromisoformat
+
 
 
 @dataclass
@@ -37,7 +41,6 @@ class Health:
     rejected: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(Reason, 0))
     ignored_actions: int = 0
     judged_messages: int = 0
-    last_event_time: float | None = None
 
     @property
     def rejected_late(self) -> int:
@@ -60,61 +63,88 @@ class Pipeline:
         self.sessions = Sessions(config.sessions, self.counters)
         self.health = Health()
         self._max_bytes = config.input.max_event_bytes
+        self._class_index = self.classes.index
+        self._decode = decode_native
 
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
         health = self.health
         health.events_read += 1
-        event = decode(data, self._max_bytes)
-        if isinstance(event, Rejection):
-            health.rejected[event.reason] += 1
-            return event
-        if isinstance(event, IgnoredAction):
+        decoded: Event | Rejection | IgnoredAction
+        if len(data) > self._max_bytes:
+            decoded = too_large(data, self._max_bytes)
+        else:
+            try:
+                decoded = self._decode(data)
+            except ValidationError as error:
+                decoded = decode_other(data, error)
+        if not isinstance(decoded, dict):
+            if isinstance(decoded, Rejection):
+                health.rejected[decoded.reason] += 1
+                return decoded
             health.ignored_actions += 1
             return None
-        if isinstance(event, Judgment | Qrels):
+        event = decoded
+        kind = event["type"]
+        if kind == "judgment" or kind == "qrels":
             health.judged_messages += 1
             return None
-        time = seconds(event.timestamp)
+        stamp = event["timestamp"]
+        if isinstance(stamp, int):
+            time = stamp / 1000.0
+        else:
+            try:
+                parsed = fromisoformat(stamp)
+            except ValueError:
+                parsed = None
+            if parsed is None or parsed.tzinfo is None:
+                return self._reject_timestamp(stamp)
+            time = parsed.timestamp()
         sessions = self.sessions
-        if not sessions.first_sighting(event.event_id, time):
-            return self._reject(Reason.DUPLICATE, f"event_id {event.event_id!r} seen before")
-        sessions.advance(time)
-        session = sessions.session_for(event.session_id, time)
-        if session is None:
-            return self._reject(
-                Reason.TOO_LATE, f"event time {time:.3f} is behind the watermark, session closed"
+        session = sessions.admit(event["event_id"], event["session_id"], time)
+        if not isinstance(session, Session):
+            return self._reject(session, event)
+        if event["type"] == "query":
+            declared = event.get("query_class")
+            klass = self._class_index.get(declared) if declared is not None else None
+            if klass is None:
+                klass = self.classes.classify(declared, event["query_text"])
+                if klass == len(self.counters.queries):
+                    self.counters.add_class()
+            results = len(event["result_ids"])
+            count, latency = event.get("result_count"), event.get("latency_ms")
+            sessions.on_query(
+                session, klass, event["query_id"], time, results,
+                count == 0 if count is not None else results == 0,
+                latency / 1000.0 if latency is not None else None,
             )
-        if health.last_event_time is None or time > health.last_event_time:
-            health.last_event_time = time
-        if isinstance(event, Query):
-            klass = self._classify(event)
-            results = len(event.result_ids)
-            zero = event.result_count == 0 if event.result_count is not None else results == 0
-            latency = event.latency_ms / 1000.0 if event.latency_ms is not None else None
-            sessions.on_query(session, klass, event.query_id, time, results, zero, latency)
-        elif isinstance(event, Click):
-            sessions.on_click(session, event.query_id, time, event.position, event.dwell_ms)
-        elif isinstance(event, Dwell):
-            sessions.on_dwell(session, event.dwell_ms)
-        elif isinstance(event, Conversion):
-            sessions.on_conversion(session, event.query_id)
+        elif event["type"] == "click":
+            sessions.on_click(
+                session, event["query_id"], time, event["position"], event.get("dwell_ms")
+            )
+        elif event["type"] == "dwell":
+            sessions.on_dwell(session, event["dwell_ms"])
+        else:
+            sessions.on_conversion(session, event.get("query_id"))
         return None
 
     def close(self) -> None:
         """End of input: every open session closes and is counted."""
         self.sessions.close_all()
 
-    def _classify(self, event: Query) -> int:
-        before = len(self.classes.names)
-        klass = self.classes.classify(event.query_class, event.query_text)
-        for _ in range(len(self.classes.names) - before):
-            self.counters.add_class()
-        return klass
+    def _reject_timestamp(self, stamp: str) -> Rejection:
+        rejection = epoch_seconds(stamp)
+        assert isinstance(rejection, Rejection), "the fast path rejected it"
+        self.health.rejected[rejection.reason] += 1
+        return rejection
 
-    def _reject(self, reason: Reason, detail: str) -> Rejection:
+    def _reject(self, reason: Reason, event: LiveEvent) -> Rejection:
         self.health.rejected[reason] += 1
-        return Rejection(reason, detail)
+        if reason is Reason.DUPLICATE:
+            return Rejection(reason, f"event_id {event['event_id']!r} seen before")
+        return Rejection(
+            reason, f"event time {event['timestamp']} is behind the watermark of its session"
+        )
 
 
 class RejectionLog:

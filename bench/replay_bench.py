@@ -1,0 +1,117 @@
+"""Benchmark: replay throughput against a bare ``json.loads`` loop, and memory per session.
+
+1. Writes realistic events (``monitor.generate``: ~10 results per query, position-biased
+   clicks, sessions of a few queries, a trickle of malformed and duplicated lines) to a JSONL
+   file, then times in the same run:
+   - baseline: ``for line in file: json.loads(line)``;
+   - ours: the replay pipeline over the same file (decode, validate, classify, sessionize,
+     count), sessions closed at the end.
+   Prints both rates and the ratio ours / baseline (target >= 0.5).
+2. Opens 1,000,000 sessions (one query each, all within the timeout) and prints the memory
+   they hold, per session (target < 400 bytes), measured as the growth of the process's
+   resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from monitor.config import Config
+from monitor.generate import Traffic, World, events, rfc3339
+from monitor.pipeline import Pipeline, RejectionLog
+from monitor.replay import replay, tune_for_throughput
+
+
+def write_events(path: Path, count: int) -> int:
+    world = World.build(seed=11)
+    traffic = Traffic(seed=11, sessions_per_second=50.0, duration=1e9)
+    written = 0
+    with path.open("wb") as out:
+        for _, _, line in events(world, traffic):
+            out.write(line + b"\n")
+            written += 1
+            if written == count:
+                break
+    return written
+
+
+def bare_json(path: Path) -> float:
+    start = time.perf_counter()
+    with path.open("rb") as lines:
+        for line in lines:
+            try:
+                json.loads(line)
+            except ValueError:  # the malformed lines of the stream
+                pass
+    return time.perf_counter() - start
+
+
+def ours(path: Path) -> tuple[float, Pipeline]:
+    pipeline = Pipeline(Config())
+    log = RejectionLog(0)
+    tune_for_throughput()  # as `searchmon replay` and `searchmon run` do
+    start = time.perf_counter()
+    replay(pipeline, path, log)
+    pipeline.close()
+    return time.perf_counter() - start, pipeline
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+def memory_per_session(sessions: int) -> tuple[float, float]:
+    """Bytes per open session: of the whole pipeline, and of the session table alone."""
+    pipeline = Pipeline(Config())
+    lines = [
+        json.dumps({
+            "type": "query", "event_id": f"e{i:09d}", "timestamp": rfc3339(1.79e9 + i / 1000),
+            "session_id": f"s{i:09d}", "query_id": f"q{i:09d}", "query_text": "cheap flights",
+            "result_ids": [f"d{j}" for j in range(10)], "query_class": "travel",
+        }).encode()
+        for i in range(sessions)
+    ]
+    gc.collect()
+    before = resident_bytes()
+    for line in lines:
+        pipeline.feed(line)
+    gc.collect()
+    total = resident_bytes() - before
+    assert len(pipeline.sessions.open) == sessions, "every session is still open"
+    pipeline.sessions.seen.clear()
+    pipeline.sessions.seen_before.clear()
+    gc.collect()
+    sessions_only = resident_bytes() - before
+    return total / sessions, sessions_only / sessions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--sessions", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "events.jsonl"
+        count = write_events(path, args.events)
+        base_s = bare_json(path)
+        ours_s, pipeline = ours(path)
+    base_rate, ours_rate = count / base_s, count / ours_s
+    rejected = sum(pipeline.health.rejected.values())
+    print(f"replay bench: {count} events ({rejected} rejected by design: malformed/duplicates)")
+    print(f"  bare json.loads loop:        {base_rate:12,.0f} events/s ({base_s:.2f} s)")
+    print(f"  searchmon replay pipeline:   {ours_rate:12,.0f} events/s ({ours_s:.2f} s)")
+    print(f"  ratio ours / json.loads:     {ours_rate / base_rate:12.2f}  (target >= 0.5)")
+    total, sessions_only = memory_per_session(args.sessions)
+    print(f"memory with {args.sessions:,} open sessions (resident growth per session):")
+    print(f"  session table:               {sessions_only:12.0f} bytes  (target < 400)")
+    print(f"  with dedupe memory of ids:   {total:12.0f} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Realistic synthetic search traffic and judged samples, seeded and reproducible.
+
+A hidden world: a universe of queries in several classes with Zipf-like popularity (head,
+torso, tail), each with a pool of documents of hidden graded relevance, and a ranker that
+orders them with some noise. Users arrive in sessions of a few queries, scan results under a
+cascade click model (examination falls with position, clicks and satisfaction follow the
+hidden relevance), dwell long when satisfied, sometimes convert, and reformulate when not.
+Judged samples label the served rankings with the same hidden relevance. A scenario can
+inject a regression: from a given time, one class's rankings are shuffled, which moves its
+online and offline metrics the way a ranking bug would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import random
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+# class -> (share of queries, terms range, zero-result probability, relevance profile, converts)
+CLASS_PROFILES: dict[str, tuple[float, tuple[int, int], float, str, float]] = {
+    "navigational": (0.30, (1, 2), 0.005, "single", 0.02),
+    "informational": (0.35, (3, 7), 0.02, "graded", 0.0),
+    "product": (0.25, (2, 4), 0.03, "graded", 0.25),
+    "local": (0.10, (2, 4), 0.05, "sparse", 0.05),
+}
+WORDS = (
+    "cheap", "flights", "berlin", "hotel", "weather", "python", "tutorial", "pizza", "near",
+    "me", "best", "laptop", "2026", "running", "shoes", "how", "to", "cook", "rice", "train",
+    "tickets", "paris", "museum", "opening", "hours", "news", "football", "score", "bank",
+    "login", "mortgage", "rates", "recipe", "vegan", "cake", "phone", "case", "wireless",
+    "headphones", "jobs", "remote", "garden", "tools", "coffee", "maker", "sale", "insurance",
+    "car", "rental", "dentist", "open", "sunday", "movie", "times", "kids", "toys", "camping",
+    "tent", "translate", "spanish",
+)
+ATTRACTIVENESS = (0.05, 0.25, 0.55, 0.85)  # click probability once examined, by grade
+SATISFACTION = (0.05, 0.35, 0.65, 0.9)  # stop after the click, by grade
+RESULTS_PER_PAGE = 10
+POOL = 30
+
+
+@dataclass(frozen=True, slots=True)
+class SimQuery:
+    text: str
+    klass: str
+    zero_result: bool
+    relevance: dict[str, int]
+    ranking: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Regression:
+    """From ``start`` (epoch seconds), results of class ``klass`` are shuffled."""
+
+    klass: str
+    start: float
+
+
+@dataclass
+class World:
+    """The hidden truth behind generated traffic."""
+
+    seed: int
+    queries: list[SimQuery] = field(default_factory=list)
+    cumulative: list[float] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, seed: int, size: int = 2000, zipf: float = 1.07) -> World:
+        rng = random.Random(seed)
+        world = cls(seed)
+        names = list(CLASS_PROFILES)
+        shares = [CLASS_PROFILES[n][0] for n in names]
+        total = 0.0
+        for i in range(size):
+            klass = rng.choices(names, shares)[0]
+            _, (lo, hi), zero_p, profile, _ = CLASS_PROFILES[klass]
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+            text = f"{text} {i}" if rng.random() < 0.5 else f"{i} {text}"
+            docs = [f"d{i}-{j}" for j in range(POOL)]
+            relevance = {doc: _grade(rng, profile, j) for j, doc in enumerate(docs)}
+            # a decent ranker: relevance plus noise
+            ranking = sorted(docs, key=lambda d: -(relevance[d] + rng.gauss(0, 0.9)))
+            world.queries.append(SimQuery(
+                text, klass, rng.random() < zero_p, relevance,
+                tuple(ranking[:RESULTS_PER_PAGE]),
+            ))
+            total += 1.0 / (i + 1) ** zipf
+            world.cumulative.append(total)
+        return world
+
+    def pick(self, rng: random.Random) -> SimQuery:
+        return self.queries[bisect_left(self.cumulative, rng.random() * self.cumulative[-1])]
+
+    def served(self, query: SimQuery, time: float, regression: Regression | None,
+               rng: random.Random) -> tuple[str, ...]:
+        if query.zero_result:
+            return ()
+        if regression is not None and query.klass == regression.klass and time >= regression.start:
+            pool = list(query.relevance)
+            return tuple(rng.sample(pool, RESULTS_PER_PAGE))
+        return query.ranking
+
+
+def _grade(rng: random.Random, profile: str, position: int) -> int:
+    if profile == "single":
+        return 3 if position == 0 else rng.choices((0, 1), (0.85, 0.15))[0]
+    if profile == "sparse":
+        return rng.choices((0, 1, 2, 3), (0.8, 0.1, 0.06, 0.04))[0]
+    return rng.choices((0, 1, 2, 3), (0.5, 0.25, 0.15, 0.1))[0]
+
+
+@dataclass
+class Traffic:
+    """Parameters of a generated stream."""
+
+    seed: int = 1
+    start: float = 1_790_000_000.0  # epoch seconds
+    sessions_per_second: float = 20.0
+    duration: float = 3600.0
+    malformed_rate: float = 0.001
+    duplicate_rate: float = 0.001
+    regression: Regression | None = None
+    judged_every: float = 0.0  # seconds of event time between judged samples; 0: none
+    judged_queries: int = 200
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]:
+    """(event time, session key, JSON line) in time order; the key is the Kafka message key."""
+    rng = random.Random(traffic.seed)
+    counter = itertools.count()
+    heap: list[tuple[float, int, str, bytes]] = []
+    next_session = traffic.start
+    next_sample = traffic.start + traffic.judged_every if traffic.judged_every else float("inf")
+    end = traffic.start + traffic.duration
+    sample_number = 0
+    previous: bytes | None = None
+    while True:
+        if next_session < end and (not heap or next_session <= heap[0][0]):
+            session_id = f"s{next(counter):09d}-{traffic.seed}"
+            for item in _session(world, traffic, rng, session_id, next_session, counter):
+                heapq.heappush(heap, item)
+            next_session += rng.expovariate(traffic.sessions_per_second)
+            continue
+        if not heap:
+            return
+        time, _, key, line = heapq.heappop(heap)
+        while next_sample <= time:
+            sample_number += 1
+            for judged in _judged_sample(world, traffic, rng, sample_number, next_sample):
+                yield next_sample, f"sample-{sample_number}", judged
+            next_sample += traffic.judged_every
+        yield time, key, line
+        if rng.random() < traffic.duplicate_rate and previous is not None:
+            yield time, key, previous
+        if rng.random() < traffic.malformed_rate:
+            yield time, key, _malformed(rng, line)
+        previous = line
+
+
+def _session(
+    world: World, traffic: Traffic, rng: random.Random, session_id: str, start: float,
+    counter: Iterator[int],
+) -> Iterator[tuple[float, int, str, bytes]]:
+    time = start
+    query = world.pick(rng)
+    for _ in range(1 + min(int(rng.expovariate(0.8)), 6)):
+        query_id = f"q{next(counter):010d}"
+        results = world.served(query, time, traffic.regression, rng)
+        event = {
+            "type": "query", "event_id": f"e{next(counter):010d}", "timestamp": rfc3339(time),
+            "session_id": session_id, "query_id": query_id, "query_text": query.text,
+            "result_ids": list(results), "result_count": len(results) * 37 if results else 0,
+            "query_class": query.klass, "latency_ms": round(rng.lognormvariate(3.5, 0.6), 1),
+        }
+        yield time, next(counter), session_id, _dump(event)
+        satisfied = False
+        click_time = time
+        for position, doc in enumerate(results, start=1):
+            if rng.random() > 0.95 ** (position - 1) * (0.9 if position == 1 else 0.8):
+                break  # stops examining
+            grade = query.relevance[doc]
+            if rng.random() >= ATTRACTIVENESS[grade]:
+                continue
+            click_time += rng.uniform(2.0, 15.0)
+            satisfied = rng.random() < SATISFACTION[grade]
+            dwell = rng.uniform(30.0, 240.0) if satisfied else rng.uniform(2.0, 25.0)
+            click = {
+                "type": "click", "event_id": f"e{next(counter):010d}",
+                "timestamp": rfc3339(click_time), "session_id": session_id,
+                "query_id": query_id, "doc_id": doc, "position": position,
+                "dwell_ms": round(dwell * 1000),
+            }
+            yield click_time, next(counter), session_id, _dump(click)
+            click_time += dwell
+            if satisfied:
+                if rng.random() < CLASS_PROFILES[query.klass][4]:
+                    conversion = {
+                        "type": "conversion", "event_id": f"e{next(counter):010d}",
+                        "timestamp": rfc3339(click_time), "session_id": session_id,
+                        "query_id": query_id, "doc_id": doc, "value": round(rng.uniform(5, 200), 2),
+                    }
+                    yield click_time, next(counter), session_id, _dump(conversion)
+                break
+        if satisfied or rng.random() < 0.3:
+            return
+        # reformulate: usually a query of the same class, soon after
+        time = max(time, click_time) + rng.uniform(3.0, 50.0)
+        same = [world.pick(rng) for _ in range(5)]
+        query = next((q for q in same if q.klass == query.klass), same[0])
+
+
+def _judged_sample(
+    world: World, traffic: Traffic, rng: random.Random, number: int, time: float
+) -> Iterator[bytes]:
+    chosen = rng.sample(range(len(world.queries)), min(traffic.judged_queries, len(world.queries)))
+    for index in chosen:
+        query = world.queries[index]
+        ranking = world.served(query, time, traffic.regression, rng)
+        judged = set(ranking) | set(rng.sample(list(query.relevance), 10))
+        yield _dump({
+            "type": "judgment", "sample_id": f"sample-{number}", "timestamp": rfc3339(time),
+            "query_id": f"j{number}-{index}", "query_text": query.text,
+            "query_class": query.klass, "ranking": list(ranking),
+            "labels": {doc: query.relevance[doc] for doc in sorted(judged)},
+        })
+
+
+def _malformed(rng: random.Random, line: bytes) -> bytes:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return line[: rng.randrange(1, max(2, len(line) - 1))]  # truncated
+    if kind == 1:
+        return line.replace(b'"type":"', b'"type":"bogus_', 1)  # unknown type
+    if kind == 2:
+        return line.replace(b'Z"', b'"', 1)  # naive timestamp
+    if kind == 3:
+        return line.replace(b'"session_id"', b'"session"', 1)  # missing field
+    return b"\x00\xff garbage"
+
+
+def _dump(event: dict[str, object]) -> bytes:
+    return json.dumps(event, separators=(",", ":")).encode()
