@@ -209,17 +209,19 @@ class Sessions:
         if self.newest >= self.generation_end:
             self.seen_before, self.seen = self.seen, set()
             self.generation_end = self.newest + config.timeout + config.allowed_lateness
-        passed = int(watermark // self.bucket_seconds)  # buckets below this have ended
+        width = self.bucket_seconds
+        passed = int(watermark // width)  # buckets below this have ended
+        sessions, timeout, close = self.open, config.timeout, self.close
         for bucket in sorted(b for b in self.due if b < passed):
             for session_id in self.due.pop(bucket):
-                session = self.open.get(session_id)
+                session = sessions.get(session_id)
                 if session is None:
                     continue  # closed already
-                end = session.last + config.timeout
+                end = session.last + timeout
                 if end < watermark:
-                    del self.open[session_id]
-                    self.close(session)
-                elif int(end // self.bucket_seconds) != bucket:
+                    del sessions[session_id]
+                    close(session)
+                elif int(end // width) != bucket:
                     self._schedule(session_id, end)
         self.next_due = (passed + 1) * self.bucket_seconds
 
@@ -241,7 +243,9 @@ class Sessions:
             counters.abandoned_sessions[c] += 1
         if session.flags & SUCCESSFUL:
             counters.successful_sessions[c] += 1
-        counters.queries_per_session.observe(c, session.queries)
+        per_session = counters.queries_per_session
+        per_session.counts[c][bisect_left(per_session.bounds, session.queries)] += 1
+        per_session.sums[c] += session.queries
 
     # --- events of an admitted session -----------------------------------------------------
 
