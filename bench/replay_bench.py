@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import tempfile
@@ -45,8 +44,12 @@ def bare_json(path: Path) -> float:
     start = time.perf_counter()
     with path.open("rb") as lines:
         for line in lines:
-            with contextlib.suppress(ValueError):  # the malformed lines of the stream
+            # try/except, not contextlib.suppress: a context manager per line would slow
+            # the baseline down and flatter the ratio
+            try:  # noqa: SIM105
                 json.loads(line)
+            except ValueError:  # the malformed lines of the stream
+                pass
     return time.perf_counter() - start
 
 
