@@ -140,6 +140,8 @@ def _health(pipeline: Pipeline) -> Iterator[Metric]:
         rejected.add_metric([reason.value], count)
     yield rejected
     simple = [
+        ("searchmon_events_accepted", "Search-log events accepted into sessions.",
+         health.accepted),
         ("searchmon_late_events", "Events behind the watermark for a closed session "
          "(also rejected with reason too_late).", health.rejected_late),
         ("searchmon_duplicate_events", "Events whose event_id was seen before "

@@ -38,6 +38,7 @@ class Health:
     """The daemon's own counters (``searchmon_*``)."""
 
     events_read: int = 0
+    accepted: int = 0
     rejected: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(Reason, 0))
     ignored_actions: int = 0
     judged_messages: int = 0
@@ -104,6 +105,7 @@ class Pipeline:
         session = sessions.admit(event["event_id"], event["session_id"], time)
         if not isinstance(session, Session):
             return self._reject(session, event)
+        health.accepted += 1
         if event["type"] == "query":
             declared = event.get("query_class")
             klass = self._class_index.get(declared) if declared is not None else None
