@@ -214,15 +214,16 @@ class Sessions:
         sessions, timeout, close = self.open, config.timeout, self.close
         for bucket in sorted(b for b in self.due if b < passed):
             for session_id in self.due.pop(bucket):
-                session = sessions.get(session_id)
+                session = sessions.pop(session_id, None)
                 if session is None:
                     continue  # closed already
                 end = session.last + timeout
                 if end < watermark:
-                    del sessions[session_id]
                     close(session)
-                elif int(end // width) != bucket:
-                    self._schedule(session_id, end)
+                else:  # active since it was scheduled: not due yet
+                    sessions[session_id] = session
+                    if int(end // width) != bucket:
+                        self._schedule(session_id, end)
         self.next_due = (passed + 1) * self.bucket_seconds
 
     def close_all(self) -> None:

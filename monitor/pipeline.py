@@ -37,11 +37,17 @@ fromisoformat = datetime.fromisoformat
 class Health:
     """The daemon's own counters (``searchmon_*``)."""
 
-    events_read: int = 0
     accepted: int = 0
     rejected: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(Reason, 0))
     ignored_actions: int = 0
     judged_messages: int = 0
+
+    @property
+    def events_read(self) -> int:
+        """Every message fed: accepted, rejected, ignored or judged."""
+        return self.accepted + sum(self.rejected.values()) + self.ignored_actions + (
+            self.judged_messages
+        )
 
     @property
     def rejected_late(self) -> int:
@@ -70,7 +76,6 @@ class Pipeline:
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
         health = self.health
-        health.events_read += 1
         decoded: Event | Rejection | IgnoredAction
         if len(data) > self._max_bytes:
             decoded = too_large(data, self._max_bytes)
@@ -106,7 +111,7 @@ class Pipeline:
         if not isinstance(session, Session):
             return self._reject(session, event)
         health.accepted += 1
-        if event["type"] == "query":
+        if kind == "query":
             declared = event.get("query_class")
             klass = self._class_index.get(declared) if declared is not None else None
             if klass is None:
@@ -120,11 +125,11 @@ class Pipeline:
                 count == 0 if count is not None else results == 0,
                 latency / 1000.0 if latency is not None else None,
             )
-        elif event["type"] == "click":
+        elif kind == "click":
             sessions.on_click(
                 session, event["query_id"], time, event["position"], event.get("dwell_ms")
             )
-        elif event["type"] == "dwell":
+        elif kind == "dwell":
             sessions.on_dwell(session, event["dwell_ms"])
         else:
             sessions.on_conversion(session, event.get("query_id"))
