@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from monitor.config import QueryClassesConfig
 
 OTHER = "other"
+ALL = "all"
+"""Reserved: the label of overall offline figures; a query declaring it is classified anew."""
 
 
 def normalise(text: str) -> str:
@@ -83,7 +85,10 @@ class QueryClasses:
             found = self.index.get(query_class)
             if found is not None:
                 return found
-            if not self.fixed and len(self.names) - 1 < self.limit and query_class:
+            if (
+                not self.fixed and len(self.names) - 1 < self.limit and query_class
+                and query_class != ALL
+            ):
                 return self._add(query_class)
         if not self.rules:
             return 0

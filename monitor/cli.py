@@ -90,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         "session at the end and print the report.",
     )
     rp.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="JSONL event file")
+    rp.add_argument(
+        "--judgments", type=Path, action="append", default=[], metavar="FILE",
+        help="JSONL file of judgment / qrels messages, replayed after the events (repeatable)",
+    )
     rp.add_argument("--config", type=Path, help="TOML configuration (default: built-in)")
     rp.add_argument("--report", choices=("json", "table"), default="table")
     rp.add_argument(
@@ -154,7 +158,7 @@ def _replay(args: argparse.Namespace) -> int:
     pipeline = Pipeline(config)
     rejections = RejectionLog(config.input.rejection_log_limit)
     tune_for_throughput()
-    for path in args.events:
+    for path in [*args.events, *args.judgments]:
         try:
             replay(pipeline, path, rejections)
         except OSError as error:

@@ -127,8 +127,11 @@ class QueryClassesConfig(Section):
     def _distinct_and_not_other(cls, names: list[str]) -> list[str]:
         if len(set(names)) != len(names):
             raise ValueError("class names must be distinct")
-        if "other" in names:
-            raise ValueError("'other' is implicit: it holds every query outside the set")
+        if "other" in names or "all" in names:
+            raise ValueError(
+                "'other' (every query outside the set) and 'all' (the overall offline "
+                "figures) are reserved"
+            )
         if any(not name for name in names):
             raise ValueError("class names must not be empty")
         return names
@@ -143,6 +146,25 @@ class InputConfig(Section):
 
 class OfflineConfig(Section):
     measures: list[str] = ["nDCG@10", "P@5", "AP", "RR", "Judged@10"]
+    windows: list[Duration] = [3600.0, 86400.0, 604800.0]
+    """Rolling time windows of the judged-score means, in event time."""
+    last_samples: list[Annotated[int, Field(ge=1)]] = [1, 4]
+    """Windows over the last N completed samples."""
+    sample_quiet: Duration = 600.0
+    """A sample is complete when no message of it arrived for this long (event time)."""
+    sample_size: int = Field(default=0, ge=0)
+    """A sample is also complete at this many judged queries; 0: by quiet period only."""
+    baseline: str = "previous"
+    """Compare each completed sample with the previous one, or with this pinned sample_id."""
+    min_shared_queries: int = Field(default=20, ge=2)
+    """Fewer queries shared with the baseline than this (per class): no verdict."""
+    min_drop: float = Field(default=0.02, ge=0)
+    """A regression is a drop of the mean larger than this (absolute, in measure units)..."""
+    max_p_value: float = Field(default=0.01, gt=0, le=1)
+    """...and a randomization-test p-value significant at this family-wise level (Holm)."""
+    permutations: int = Field(default=10000, ge=100)
+    qrels_capacity: int = Field(default=10000, ge=0)
+    """Query texts whose newest qrels labels are kept for live evaluation (LRU by update)."""
 
     @field_validator("measures")
     @classmethod

@@ -39,6 +39,7 @@ WORDS = (
 )
 ATTRACTIVENESS = (0.05, 0.25, 0.55, 0.85)  # click probability once examined, by grade
 SATISFACTION = (0.05, 0.35, 0.65, 0.9)  # stop after the click, by grade
+JUDGE_NOISE = 0.1  # probability that a judged label is off by one grade
 RESULTS_PER_PAGE = 10
 POOL = 30
 
@@ -220,17 +221,27 @@ def _session(
 def _judged_sample(
     world: World, traffic: Traffic, rng: random.Random, number: int, time: float
 ) -> Iterator[bytes]:
-    chosen = rng.sample(range(len(world.queries)), min(traffic.judged_queries, len(world.queries)))
-    for index in chosen:
+    """A fixed set of queries judged again: served rankings, labels with judge noise."""
+    chosen = random.Random(traffic.seed * 7919).sample(
+        range(len(world.queries)), min(traffic.judged_queries, len(world.queries))
+    )
+    for index in sorted(chosen):
         query = world.queries[index]
         ranking = world.served(query, time, traffic.regression, rng)
-        judged = set(ranking) | set(rng.sample(list(query.relevance), 10))
+        judged = sorted(set(ranking) | set(rng.sample(list(query.relevance), 10)))
+        labels = {doc: _judge(rng, query.relevance[doc]) for doc in judged}
         yield _dump({
             "type": "judgment", "sample_id": f"sample-{number}", "timestamp": rfc3339(time),
             "query_id": f"j{number}-{index}", "query_text": query.text,
-            "query_class": query.klass, "ranking": list(ranking),
-            "labels": {doc: query.relevance[doc] for doc in sorted(judged)},
+            "query_class": query.klass, "ranking": list(ranking), "labels": labels,
         })
+
+
+def _judge(rng: random.Random, grade: int) -> int:
+    """A judge who disagrees with the hidden truth by one grade now and then."""
+    if rng.random() < JUDGE_NOISE:
+        return min(3, max(0, grade + rng.choice((-1, 1))))
+    return grade
 
 
 def _malformed(rng: random.Random, line: bytes) -> bytes:

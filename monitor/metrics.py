@@ -20,6 +20,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from monitor import __version__
+from monitor.classes import ALL
+from monitor.judged import OVERALL, SCORE_BUCKETS, SOURCES
 from monitor.online import Histogram
 from monitor.pipeline import Pipeline
 
@@ -108,6 +110,7 @@ class PipelineCollector(Collector):
             yield metric
         for attribute, family in HISTOGRAMS.items():
             yield _histogram(family, names, getattr(counters, attribute))
+        yield from _offline(pipeline)
         yield from _health(pipeline)
         yield from self._extra()
 
@@ -126,6 +129,113 @@ def _histogram(family: Family, names: list[str], histogram: Histogram) -> Metric
 
 def _le(bound: float) -> str:
     return repr(float(bound))
+
+
+def window_label(seconds: float) -> str:
+    """``3600`` -> ``1h``, ``86400`` -> ``24h``, ``604800`` -> ``7d``: as people write them."""
+    whole = int(seconds)
+    if whole == seconds:
+        if whole % 86400 == 0 and whole > 86400:
+            return f"{whole // 86400}d"
+        for unit, size in (("h", 3600), ("m", 60)):
+            if whole % size == 0:
+                return f"{whole // size}{unit}"
+    return f"{seconds:g}s"
+
+
+OFFLINE_LABELS = [CLASS_LABEL, "measure", "source"]
+
+
+def _offline(pipeline: Pipeline) -> Iterator[Metric]:
+    judged = pipeline.judged
+    names = list(pipeline.classes.names)
+    classes = [*((i, name) for i, name in enumerate(names)), (OVERALL, ALL)]
+    measures = [str(spec) for spec in judged.specs]
+    score = HistogramMetricFamily(
+        "search_judged_score", "Per-query scores of judged queries.", labels=OFFLINE_LABELS
+    )
+    bounds = [*(_le(b) for b in SCORE_BUCKETS), "+Inf"]
+    empty = [0] * (len(SCORE_BUCKETS) + 1)
+    for source in SOURCES:
+        for klass, name in classes:
+            for m, measure in enumerate(measures):
+                counts = judged.histograms.get((source, klass, m), empty)
+                cumulative, buckets = 0, []
+                for bound, count in zip(bounds, counts, strict=True):
+                    cumulative += count
+                    buckets.append((bound, float(cumulative)))
+                total = judged.histogram_sums.get((source, klass, m), 0.0)
+                score.add_metric([name, measure, source], buckets, total)
+    yield score
+    window_labels = [*OFFLINE_LABELS, "window"]
+    mean = GaugeMetricFamily(
+        "search_judged_score_mean", "Rolling mean of judged-query scores (absent when the "
+        "window is empty).", labels=window_labels,
+    )
+    queries = GaugeMetricFamily(
+        "search_judged_queries", "Judged queries behind search_judged_score_mean.",
+        labels=window_labels,
+    )
+    for klass, name in classes:
+        for m, measure in enumerate(measures):
+            for source in SOURCES:
+                for length in judged.config.windows:
+                    found = judged.time_mean(source, length, klass, m)
+                    if found is not None:
+                        labels = [name, measure, source, window_label(length)]
+                        mean.add_metric(labels, found[0])
+                        queries.add_metric(labels, found[1])
+            for last in judged.config.last_samples:
+                found = judged.samples_mean(last, klass, m)
+                if found is not None:
+                    labels = [name, measure, "sample", f"last_{last}_samples"]
+                    mean.add_metric(labels, found[0])
+                    queries.add_metric(labels, found[1])
+    yield mean
+    yield queries
+    regression = GaugeMetricFamily(
+        "search_judged_regression",
+        "1 when the latest judged sample regressed against its baseline (drop > min_drop "
+        "and randomization-test p < max_p_value), else 0; absent without a verdict.",
+        labels=[CLASS_LABEL, "measure"],
+    )
+    delta = GaugeMetricFamily(
+        "search_judged_delta", "Latest sample minus baseline: mean paired difference.",
+        labels=[CLASS_LABEL, "measure"],
+    )
+    pvalue = GaugeMetricFamily(
+        "search_judged_pvalue", "Two-sided p-value of the paired test of the latest sample "
+        "against its baseline.", labels=[CLASS_LABEL, "measure", "test"],
+    )
+    shared = GaugeMetricFamily(
+        "search_judged_shared_queries", "Queries the latest sample shares with its baseline.",
+        labels=[CLASS_LABEL, "measure"],
+    )
+    for (klass, m), verdict in sorted(judged.verdicts.items()):
+        name = ALL if klass == OVERALL else names[klass]
+        labels = [name, measures[m]]
+        comparison = verdict.comparison
+        shared.add_metric(labels, comparison.shared)
+        if verdict.regression is not None:
+            regression.add_metric(labels, 1.0 if verdict.regression else 0.0)
+            delta.add_metric(labels, comparison.delta)
+            pvalue.add_metric([*labels, "permutation"], comparison.p_permutation)
+            pvalue.add_metric([*labels, "t"], comparison.p_t)
+    yield from (regression, delta, pvalue, shared)
+    if judged.last_completed_time is not None:
+        newest = GaugeMetricFamily(
+            "search_judged_last_sample_timestamp_seconds",
+            "Event time of the newest message of the newest completed judged sample.",
+        )
+        newest.add_metric([], judged.last_completed_time)
+        yield newest
+    skipped = CounterMetricFamily(
+        "searchmon_judged_scores_skipped",
+        "Judged-query scores left out because the measure skips queries without relevant "
+        "documents (no_rel=skip).",
+    )
+    skipped.add_metric([], judged.skipped)
+    yield skipped
 
 
 def _health(pipeline: Pipeline) -> Iterator[Metric]:

@@ -17,7 +17,9 @@ from monitor.config import Config
 from monitor.events import (
     Event,
     IgnoredAction,
+    Judgment,
     LiveEvent,
+    Qrels,
     Reason,
     Rejection,
     decode_native,
@@ -25,6 +27,7 @@ from monitor.events import (
     epoch_seconds,
     too_large,
 )
+from monitor.judged import Judged
 from monitor.online import OnlineCounters, Session, Sessions
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,8 @@ class Pipeline:
         self._max_bytes = config.input.max_event_bytes
         self._class_index = self.classes.index
         self._decode = decode_native
+        self.judged = Judged(config.offline)
+        self._offline_active = False
 
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
@@ -93,8 +98,7 @@ class Pipeline:
         event = decoded
         kind = event["type"]
         if kind == "judgment" or kind == "qrels":
-            health.judged_messages += 1
-            return None
+            return self._judged(event)
         stamp = event["timestamp"]
         if isinstance(stamp, int):
             time = stamp / 1000.0
@@ -125,6 +129,10 @@ class Pipeline:
                 count == 0 if count is not None else results == 0,
                 latency / 1000.0 if latency is not None else None,
             )
+            if self._offline_active:
+                judged = self.judged
+                judged.live_query(time, klass, event["query_text"], event["result_ids"])
+                judged.advance(time)
         elif kind == "click":
             sessions.on_click(
                 session, event["query_id"], time, event["position"], event.get("dwell_ms")
@@ -136,8 +144,35 @@ class Pipeline:
         return None
 
     def close(self) -> None:
-        """End of input: every open session closes and is counted."""
+        """End of input: every open session closes and is counted; every sample completes."""
         self.sessions.close_all()
+        self.judged.close()
+
+    def _judged(self, event: Judgment | Qrels) -> Rejection | None:
+        time = epoch_seconds(event["timestamp"])
+        if isinstance(time, Rejection):
+            self.health.rejected[time.reason] += 1
+            return time
+        self.health.judged_messages += 1
+        self._offline_active = True
+        judged = self.judged
+        if event["type"] == "qrels":
+            judged.store_qrels(event["query_text"], dict(event["labels"]))
+        else:
+            ranking = _ranked(event["ranking"], event.get("scores"))
+            if len(set(ranking)) != len(ranking):
+                self.health.judged_messages -= 1
+                self.health.rejected[Reason.SCHEMA] += 1
+                return Rejection(Reason.SCHEMA, "ranking names a document twice")
+            klass = self.classes.classify(event.get("query_class"), event["query_text"])
+            if klass == len(self.counters.queries):
+                self.counters.add_class()
+            judged.judgment(
+                event["sample_id"], time, klass, event["query_text"], ranking,
+                dict(event["labels"]),
+            )
+        judged.advance(time)
+        return None
 
     def _reject_timestamp(self, stamp: str) -> Rejection:
         rejection = epoch_seconds(stamp)
@@ -170,3 +205,11 @@ class RejectionLog:
                     "further %s rejections are counted, not logged", rejection.reason.value
                 )
         self.logged[rejection.reason] = count + 1
+
+
+def _ranked(ranking: list[str], scores: dict[str, float] | None) -> list[str]:
+    """Served order, or with scores: score descending, then doc id descending (trec_eval)."""
+    if not scores:
+        return list(ranking)
+    by_id = sorted(ranking, reverse=True)
+    return sorted(by_id, key=lambda doc: -scores.get(doc, float("-inf")))

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from monitor.classes import ALL
+from monitor.judged import OVERALL
 from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline, RejectionLog
 
@@ -74,7 +76,49 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
     for klass, name in enumerate(names):
         online[name] = _online_entry(pipeline.counters, [klass])
     rejected = {r.value: n for r, n in pipeline.health.rejected.items() if n}
-    return {"online": online, "offline": {}, "rejected": rejected}
+    return {
+        "online": online,
+        "offline": _offline(pipeline),
+        "regressions": _regressions(pipeline),
+        "rejected": rejected,
+    }
+
+
+def _offline(pipeline: Pipeline) -> dict[str, Any]:
+    """All judged-sample queries replayed: their number and mean per measure, by class."""
+    judged = pipeline.judged
+    out: dict[str, Any] = {}
+    names = pipeline.classes.names
+    for klass, name in [(OVERALL, ALL), *enumerate(names)]:
+        count = judged.judged_queries.get(klass, 0)
+        if klass != OVERALL and count == 0:
+            continue
+        entry: dict[str, Any] = {"judged_queries": count}
+        for m, spec in enumerate(judged.specs):
+            total, n = judged.totals.get((klass, m), (0.0, 0))
+            entry[str(spec)] = total / n if n else None
+        out[name] = entry
+    return out
+
+
+def _regressions(pipeline: Pipeline) -> dict[str, Any]:
+    """The latest completed sample against its baseline, per class and measure."""
+    judged = pipeline.judged
+    names = pipeline.classes.names
+    out: dict[str, dict[str, Any]] = {}
+    for (klass, m), verdict in sorted(judged.verdicts.items()):
+        name = ALL if klass == OVERALL else names[klass]
+        comparison = verdict.comparison
+        out.setdefault(name, {})[str(judged.specs[m])] = {
+            "sample": verdict.sample_id,
+            "baseline": verdict.baseline_id,
+            "shared_queries": comparison.shared,
+            "delta": comparison.delta if comparison.shared else None,
+            "p_permutation": comparison.p_permutation if comparison.shared else None,
+            "p_t": comparison.p_t if comparison.shared else None,
+            "regression": verdict.regression,
+        }
+    return out
 
 
 def format_json(result: dict[str, Any]) -> str:
@@ -93,6 +137,16 @@ TABLE_COLUMNS = (
 )
 
 
+def _columns(rows: list[list[str]]) -> str:
+    """Rows as fixed-width columns, the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                  enumerate(zip(row, widths, strict=True))) + "\n"
+        for row in rows
+    )
+
+
 def format_table(result: dict[str, Any]) -> str:
     """A fixed-width table: one row per class, then ``all``; rejections below."""
     rows = [["class", *(title for _, title, _ in TABLE_COLUMNS)]]
@@ -102,13 +156,33 @@ def format_table(result: dict[str, Any]) -> str:
         rows.append([name, *(
             "-" if entry[key] is None else fmt.format(entry[key]) for key, _, fmt in TABLE_COLUMNS
         )])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    text = "\n".join(
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
-                  enumerate(zip(row, widths, strict=True)))
-        for row in rows
-    )
+    text = _columns(rows)
+    offline = result["offline"]
+    if offline.get("all", {}).get("judged_queries"):
+        text += "\njudged samples (all replayed):\n"
+        measures = [k for k in offline["all"] if k != "judged_queries"]
+        rows = [["class", "judged", *measures]]
+        for name in [*sorted(n for n in offline if n != "all"), "all"]:
+            entry = offline[name]
+            rows.append([name, str(entry["judged_queries"]), *(
+                "-" if entry[m] is None else f"{entry[m]:.4f}" for m in measures
+            )])
+        text += _columns(rows)
+    regressions = result["regressions"]
+    if regressions:
+        text += "\nlatest judged sample against its baseline:\n"
+        rows = [["class", "measure", "sample", "baseline", "shared", "delta", "p", "regression"]]
+        for name in sorted(regressions):
+            for measure, v in regressions[name].items():
+                rows.append([
+                    name, measure, v["sample"], v["baseline"], str(v["shared_queries"]),
+                    "-" if v["delta"] is None else f"{v['delta']:+.4f}",
+                    "-" if v["p_permutation"] is None else f"{v['p_permutation']:.4f}",
+                    {True: "REGRESSION", False: "no", None: "too few queries"}[v["regression"]],
+                ])
+        text += _columns(rows)
     rejected = result["rejected"]
     if rejected:
-        text += "\n\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))
-    return text + "\n"
+        text += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))
+        text += "\n"
+    return text

@@ -26,7 +26,8 @@ def test_100000_made_up_classes_give_at_most_the_limit_plus_other() -> None:
     for i in range(100_000):
         pipeline.feed(query(f"e{i}", i / 100, f"s{i}", f"q{i}", klass=f"class-{i}"))
     values = label_values(pipeline)
-    assert len(values) == 21 and "other" in values  # default max_query_classes = 20
+    # default max_query_classes = 20, plus "other", plus "all" of the offline figures
+    assert len(values) == 22 and {"other", "all"} <= values
     assert sum(pipeline.counters.queries) == 100_000
     assert pipeline.counters.queries[0] == 100_000 - 20  # the rest went to "other"
 
@@ -59,4 +60,4 @@ def test_configured_set_and_rules() -> None:
     names = pipeline.classes.names
     counted = {names[c]: n for c, n in enumerate(pipeline.counters.queries) if n}
     assert counted == {"product": 1, "navigational": 2, "long_tail": 1, "other": 1}
-    assert label_values(pipeline) == {"other", "navigational", "product", "long_tail"}
+    assert label_values(pipeline) == {"other", "navigational", "product", "long_tail", "all"}

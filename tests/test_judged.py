@@ -1,0 +1,234 @@
+"""Offline windows, the paired tests against SciPy, and regressions end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from monitor.config import Config, OfflineConfig, parse_config
+from monitor.generate import Regression, Traffic, World, events
+from monitor.judged import OVERALL, Judged
+from monitor.offline.evaluate import evaluate
+from monitor.offline.spec import parse_measure
+from monitor.offline.trec import Qrels, Run
+from monitor.pipeline import Pipeline
+from monitor.stats import paired_t_p_value, sign_flip_p_value
+from tests.events import line, stamp
+
+# --- windows, with the events' own times as the clock -------------------------------------
+
+
+def offline(**settings: object) -> Judged:
+    return Judged(OfflineConfig.model_validate({"measures": ["P@2"], **settings}))
+
+
+def test_time_windows_keep_what_is_inside_and_evict_the_rest() -> None:
+    judged = offline(windows=["1h"], last_samples=[1])
+    judged.judgment("s1", 0.0, 1, "a", ["d1", "d2"], {"d1": 1})  # P@2 = 0.5
+    judged.judgment("s1", 1800.0, 1, "b", ["d1", "d2"], {"d1": 1, "d2": 1})  # P@2 = 1
+    judged.advance(1800.0)
+    judged.close()
+    assert judged.time_mean("sample", 3600.0, 1, 0) == (0.75, 2)
+    assert judged.time_mean("sample", 3600.0, OVERALL, 0) == (0.75, 2)
+    judged.judgment("s2", 3700.0, 1, "c", ["d1", "d2"], {"d9": 1})  # P@2 = 0
+    judged.advance(3700.0)
+    judged.close()  # scores it; the clock is 3700: the entry at 0 s has left the hour
+    assert judged.time_mean("sample", 3600.0, 1, 0) == (0.5, 2)
+    judged.advance(3700.0 + 3601.0)
+    judged.judgment("s3", 7301.0, 2, "d", ["d1"], {"d1": 1})
+    judged.close()
+    assert judged.time_mean("sample", 3600.0, 1, 0) is None, "an empty window has no mean"
+    assert judged.time_mean("sample", 3600.0, 2, 0) == (0.5, 1)
+
+
+def test_sample_windows_and_completion_by_quiet_period_and_size() -> None:
+    judged = offline(windows=["1h"], last_samples=[1, 2], sample_quiet="10m", sample_size=0)
+    judged.judgment("s1", 0.0, 1, "a", ["d1", "d2"], {"d1": 1})
+    judged.advance(500.0)
+    assert "s1" in judged.open_samples
+    judged.advance(601.0)
+    assert "s1" not in judged.open_samples and judged.completed[-1].sample_id == "s1"
+    judged.judgment("s2", 700.0, 1, "a", ["d1", "d2"], {"d1": 1, "d2": 1})
+    judged.close()
+    assert judged.samples_mean(1, 1, 0) == (1.0, 1)
+    assert judged.samples_mean(2, 1, 0) == (0.75, 2)
+    sized = offline(sample_size=2)
+    sized.judgment("x", 0.0, 1, "a", ["d1"], {"d1": 1})
+    assert "x" in sized.open_samples
+    sized.judgment("x", 1.0, 1, "b", ["d1"], {"d1": 1})
+    assert "x" not in sized.open_samples, "complete at sample_size queries"
+
+
+def test_qrels_store_is_bounded_and_evicts_the_least_recently_updated() -> None:
+    judged = offline(qrels_capacity=2)
+    judged.store_qrels("A", {"d": 1})
+    judged.store_qrels("b", {"d": 1})
+    judged.store_qrels("a", {"d": 2})  # same normalised text as "A": updated, now newest
+    judged.store_qrels("c", {"d": 1})
+    assert list(judged.qrels) == ["a", "c"]
+
+
+# --- the paired tests against SciPy -------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_paired_t_test_matches_scipy(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 200))
+    before = rng.random(n)
+    after = np.clip(before + rng.normal(-0.02, 0.1, n), 0, 1)
+    expected = scipy.stats.ttest_rel(after, before).pvalue
+    assert paired_t_p_value(after - before) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("n", [4, 9, 12])
+def test_exact_sign_flip_test_matches_scipy(n: int) -> None:
+    rng = np.random.default_rng(n)
+    differences = rng.normal(0.05, 0.1, n)
+    expected = scipy.stats.permutation_test(
+        (differences,), np.mean, permutation_type="samples", n_resamples=10_000,
+        alternative="two-sided",
+    ).pvalue
+    assert sign_flip_p_value(differences, 10_000, seed=0) == pytest.approx(expected)
+
+
+def test_monte_carlo_sign_flip_test_is_close_to_scipy_and_seeded() -> None:
+    rng = np.random.default_rng(5)
+    differences = rng.normal(0.01, 0.1, 80)
+    ours = sign_flip_p_value(differences, 20_000, seed=1)
+    assert ours == sign_flip_p_value(differences, 20_000, seed=1)
+    expected = scipy.stats.permutation_test(
+        (differences,), np.mean, permutation_type="samples", n_resamples=20_000,
+        alternative="two-sided", random_state=1,
+    ).pvalue
+    assert abs(ours - expected) < 0.02
+
+
+# --- end to end -----------------------------------------------------------------------------
+
+HOUR = 3600.0
+
+
+def replay_generated(seed: int, regression: Regression | None) -> Pipeline:
+    world = World.build(seed)
+    traffic = Traffic(
+        seed=seed, sessions_per_second=0.2, duration=3.2 * HOUR, judged_every=HOUR,
+        judged_queries=300, malformed_rate=0.0, duplicate_rate=0.0, regression=regression,
+    )
+    pipeline = Pipeline(Config())
+    for _, _, message in events(world, traffic):
+        pipeline.feed(message)
+    pipeline.close()
+    return pipeline
+
+
+def flags(pipeline: Pipeline) -> dict[tuple[str, str], bool | None]:
+    names = pipeline.classes.names
+    judged = pipeline.judged
+    return {
+        ("all" if k == OVERALL else names[k], str(judged.specs[m])): v.regression
+        for (k, m), v in judged.verdicts.items()
+    }
+
+
+def test_an_injected_regression_flags_its_class_only() -> None:
+    start = Traffic().start
+    pipeline = replay_generated(3, Regression("navigational", start + 2.5 * HOUR))
+    verdicts = flags(pipeline)
+    assert verdicts[("navigational", "nDCG@10")] is True
+    for (klass, measure), flagged in verdicts.items():
+        if klass not in ("navigational", "all"):
+            assert flagged is False, (klass, measure)
+    delta = pipeline.judged.verdicts
+    navigational = pipeline.classes.index["navigational"]
+    assert delta[(navigational, 0)].comparison.delta < -0.1
+    assert delta[(navigational, 0)].baseline_id == "sample-2"
+
+
+def test_no_false_alarm_without_a_change_across_20_seeds() -> None:
+    alarms = 0
+    verdicts = 0
+    for seed in range(20):
+        found = flags(replay_generated(100 + seed, None))
+        alarms += sum(1 for flagged in found.values() if flagged)
+        verdicts += sum(1 for flagged in found.values() if flagged is not None)
+    print(f"false alarms: {alarms} in {verdicts} verdicts over 20 seeds")
+    assert verdicts > 20 * 20
+    assert alarms == 0
+
+
+# --- live traffic scored against stored qrels --------------------------------------------
+
+
+def test_live_join_equals_searchmon_eval(tmp_path: Path) -> None:
+    labels = {
+        "cheap flights": {"d1": 2, "d4": 1, "d9": 1},
+        "pizza near me": {"d2": 1, "d3": 0},
+        "python tutorial": {"d5": 3, "d6": 0, "d7": 1},
+    }
+    served = {
+        "cheap flights": ["d4", "d2", "d1", "d8"],
+        "Pizza  near ME": ["d3", "d1", "d7"],
+        "python tutorial": ["d6", "d7", "d5", "d1", "d2"],
+    }
+    pipeline = Pipeline(parse_config('[offline]\nmeasures = ["nDCG@10", "P@2", "AP", "RR"]'))
+    for i, (text, judged) in enumerate(labels.items()):
+        pipeline.feed(line({"type": "qrels", "timestamp": stamp(i), "query_text": text,
+                            "labels": judged}))
+    for i, (text, results) in enumerate(served.items()):
+        pipeline.feed(line({
+            "type": "query", "event_id": f"e{i}", "timestamp": stamp(10 + i),
+            "session_id": f"s{i}", "query_id": f"q{i}", "query_text": text,
+            "result_ids": results,
+        }))
+    pipeline.close()
+    live = {k: v for k, v in pipeline.judged.histogram_sums.items() if k[0] == "live"}
+    qrels = Qrels.from_columns(
+        [t.encode() for t, j in labels.items() for _ in j],
+        [d.encode() for j in labels.values() for d in j],
+        [g for j in labels.values() for g in j.values()],
+    )
+    keys = {"cheap flights": "cheap flights", "Pizza  near ME": "pizza near me",
+            "python tutorial": "python tutorial"}
+    run = Run.from_columns(
+        [keys[t].encode() for t, r in served.items() for _ in r],
+        [d.encode() for r in served.values() for d in r],
+        [float(len(r) - i) for r in served.values() for i in range(len(r))],
+    )
+    specs = [parse_measure(m) for m in ("nDCG@10", "P@2", "AP", "RR")]
+    expected = evaluate(qrels, run, specs)
+    for m, spec in enumerate(specs):
+        total = float(np.sum(expected.values[spec]))
+        assert live[("live", OVERALL, m)] == pytest.approx(total), str(spec)
+    # and the same through the command line, per query
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "eval", "-q", "--json", "-m", "nDCG@10",
+         str(_write(tmp_path / "qrels", labels)), str(_write_run(tmp_path / "run", served, keys))],
+        capture_output=True, text=True, timeout=60,
+    )
+    per_query = json.loads(done.stdout)["nDCG@10"]
+    assert math.fsum(v for q, v in per_query.items() if q != "all") == pytest.approx(
+        live[("live", OVERALL, 0)]
+    )
+
+
+def _write(path: Path, labels: dict[str, dict[str, int]]) -> Path:
+    path.write_text("".join(
+        f"{t.replace(' ', '_')} 0 {d} {g}\n" for t, j in labels.items() for d, g in j.items()
+    ))
+    return path
+
+
+def _write_run(path: Path, served: dict[str, list[str]], keys: dict[str, str]) -> Path:
+    path.write_text("".join(
+        f"{keys[t].replace(' ', '_')} Q0 {d} {i + 1} {len(r) - i} x\n"
+        for t, r in served.items() for i, d in enumerate(r)
+    ))
+    return path
