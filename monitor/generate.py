@@ -127,6 +127,7 @@ class Traffic:
     regression: Regression | None = None
     judged_every: float = 0.0  # seconds of event time between judged samples; 0: none
     judged_queries: int = 200
+    qrels: bool = False  # start with qrels messages for the judged queries (live evaluation)
 
 
 def rfc3339(seconds: float) -> str:
@@ -143,6 +144,13 @@ def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]
     end = traffic.start + traffic.duration
     sample_number = 0
     previous: bytes | None = None
+    if traffic.qrels:
+        for index in _judged_set(world, traffic):
+            query = world.queries[index]
+            yield traffic.start, f"qrels-{index}", _dump({
+                "type": "qrels", "timestamp": rfc3339(traffic.start), "query_text": query.text,
+                "query_class": query.klass, "labels": query.relevance,
+            })
     while True:
         if next_session < end and (not heap or next_session <= heap[0][0]):
             session_id = f"s{next(counter):09d}-{traffic.seed}"
@@ -222,10 +230,7 @@ def _judged_sample(
     world: World, traffic: Traffic, rng: random.Random, number: int, time: float
 ) -> Iterator[bytes]:
     """A fixed set of queries judged again: served rankings, labels with judge noise."""
-    chosen = random.Random(traffic.seed * 7919).sample(
-        range(len(world.queries)), min(traffic.judged_queries, len(world.queries))
-    )
-    for index in sorted(chosen):
+    for index in _judged_set(world, traffic):
         query = world.queries[index]
         ranking = world.served(query, time, traffic.regression, rng)
         judged = sorted(set(ranking) | set(rng.sample(list(query.relevance), 10)))
@@ -235,6 +240,16 @@ def _judged_sample(
             "query_id": f"j{number}-{index}", "query_text": query.text,
             "query_class": query.klass, "ranking": list(ranking), "labels": labels,
         })
+
+
+def _judged_set(world: World, traffic: Traffic) -> list[int]:
+    """The fixed set of queries the judges label in every sample: the most popular half,
+    then a random rest (head queries matter most, tail ones keep the set honest)."""
+    size = min(traffic.judged_queries, len(world.queries))
+    head = list(range(size // 2))
+    rest = random.Random(traffic.seed * 7919).sample(range(size // 2, len(world.queries)),
+                                                    size - len(head))
+    return sorted(head + rest)
 
 
 def _judge(rng: random.Random, grade: int) -> int:
