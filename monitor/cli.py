@@ -102,6 +102,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     rp.set_defaults(handler=_replay)
 
+    rn = commands.add_parser(
+        "run",
+        help="the daemon: Kafka in, /metrics, /healthz, /readyz out",
+        description="Consume the events and judgments topics, checkpoint, serve /metrics.",
+    )
+    rn.add_argument("--config", type=Path, required=True, help="TOML configuration")
+    rn.add_argument(
+        "--discard-checkpoint", action="store_true",
+        help="move an unusable (or outdated) checkpoint aside instead of refusing to start",
+    )
+    rn.set_defaults(handler=_run)
+
     cc = commands.add_parser(
         "check-config",
         help="validate a configuration file and explain every error",
@@ -187,6 +199,25 @@ def _wait_for_signal() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     stop.wait()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from monitor.daemon import Daemon, StartError  # kafka-python loads only for the daemon
+
+    config = _load(args.config)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
+    except StartError as error:
+        raise UsageError(str(error)) from None
+    daemon.install_signal_handlers()
+    try:
+        return daemon.run()
+    except OSError as error:
+        print(f"searchmon: {error}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -55,6 +56,32 @@ class KafkaConfig(Section):
     events_topic: str = "search-events"
     judgments_topic: str = "search-judgments"
     dead_letter_topic: str | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    session_timeout_ms: int = Field(default=10000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=3000, ge=100)
+    max_poll_interval_ms: int = Field(default=300000, ge=1000)
+    max_poll_records: int = Field(default=5000, ge=1)
+
+    def client_options(self) -> dict[str, Any]:
+        """Security settings as kafka-python keyword arguments (the password revealed here
+        only, never logged)."""
+        options: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.sasl_mechanism is not None:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            if self.sasl_password is not None:
+                options["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(self, key)
+            if value is not None:
+                options[key] = str(value)
+        return options
 
 
 class HttpConfig(Section):
@@ -76,6 +103,8 @@ class HttpConfig(Section):
 
 class StateConfig(Section):
     dir: Path = Path("state")
+    checkpoint_interval: Duration = 5.0
+    """How often the daemon writes a checkpoint; /metrics shows the newest durable one."""
 
 
 class SessionsConfig(Section):

@@ -143,6 +143,17 @@ class Pipeline:
             sessions.on_conversion(session, event.get("query_id"))
         return None
 
+    def __getstate__(self) -> dict[str, object]:
+        """The state a checkpoint keeps: everything but the decoder and lookup shortcuts."""
+        state = dict(self.__dict__)
+        del state["_decode"], state["_class_index"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._decode = decode_native
+        self._class_index = self.classes.index
+
     def close(self) -> None:
         """End of input: every open session closes and is counted; every sample completes."""
         self.sessions.close_all()

@@ -1,0 +1,262 @@
+"""``searchmon run``: Kafka in, the pipeline, checkpoints, ``/metrics`` out.
+
+The source adapter of the daemon (it does I/O and reads the clock; the pipeline does not).
+
+Crash safety: every ``checkpoint_interval`` and at shutdown the daemon writes the pipeline's
+state with the offsets it reflects (atomically), then commits those offsets to Kafka. On start
+it restores the checkpoint, and records below a partition's checkpointed offset (delivered
+again after a crash between checkpoint and commit) are skipped: they are in the state already.
+``/metrics`` shows the state of the newest durable checkpoint, never state a crash could
+lose, so a counter Prometheus has scraped never goes backwards or counts an event twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
+
+from monitor import checkpoint
+from monitor.config import Config
+from monitor.events import Rejection
+from monitor.http import MetricsServer
+from monitor.metrics import PipelineCollector
+from monitor.pipeline import Pipeline, RejectionLog
+from monitor.replay import tune_for_throughput
+
+log = logging.getLogger(__name__)
+
+# Sections whose change makes a checkpointed state meaningless for the new configuration.
+STATE_SECTIONS = ("sessions", "query_classes", "input", "offline")
+
+
+class StartError(Exception):
+    """The daemon refuses to start (the message says why and what to do)."""
+
+
+class Daemon:
+    def __init__(self, config: Config, discard_checkpoint: bool = False) -> None:
+        self.config = config
+        state_dir = config.state.dir
+        try:
+            restored = checkpoint.read(state_dir)
+        except checkpoint.CheckpointError as error:
+            if not discard_checkpoint:
+                raise StartError(
+                    f"{error}; refusing to start. Fix or remove it, or start with "
+                    "--discard-checkpoint to move it aside and begin from the committed offsets"
+                ) from None
+            aside = checkpoint.discard(state_dir)
+            log.warning("discarded unusable checkpoint, kept as %s", aside)
+            restored = None
+        if restored is not None:
+            changed = [
+                section for section in STATE_SECTIONS
+                if getattr(restored.pipeline.config, section) != getattr(config, section)
+            ]
+            if changed and not discard_checkpoint:
+                raise StartError(
+                    f"configuration of [{', '.join(changed)}] changed since the checkpoint in "
+                    f"{state_dir}; its state does not fit. Start with --discard-checkpoint "
+                    "to begin anew from the committed offsets"
+                )
+            if changed:
+                log.warning("configuration changed: checkpoint discarded")
+                checkpoint.discard(state_dir)
+                restored = None
+        self.pipeline = restored.pipeline if restored else Pipeline(config)
+        self.offsets: dict[tuple[str, int], int] = dict(restored.offsets) if restored else {}
+        self.checkpoint_time = restored.written_at if restored else None
+        # what /metrics shows: a copy of the newest durable state
+        self.exported = checkpoint.decode(
+            checkpoint.encode(checkpoint.Checkpoint(self.pipeline, dict(self.offsets))),
+            "in-memory",
+        ).pipeline
+        self.connected = False
+        self.lag: dict[tuple[str, int], int] = {}
+        self.dead_lettered = 0
+        self.stop = threading.Event()
+        self.rejections = RejectionLog(config.input.rejection_log_limit)
+        if restored is not None:
+            log.info("restored checkpoint with offsets %s", self.offsets)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        tune_for_throughput()
+        registry = CollectorRegistry()
+        registry.register(PipelineCollector(lambda: self.exported, self._daemon_metrics))
+        server = MetricsServer(self.config.http.address, registry, self._not_ready).start()
+        log.info("serving http://%s/metrics", self.config.http.listen)
+        consumer: KafkaConsumer | None = None
+        producer: KafkaProducer | None = None
+        backoff = 1.0
+        last_checkpoint = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                if consumer is None:
+                    try:
+                        consumer, producer = self._connect()
+                        backoff = 1.0
+                    except KafkaError as error:
+                        self.connected = False
+                        log.warning("cannot reach Kafka (%s); retrying in %.0f s", error, backoff)
+                        self.stop.wait(backoff)
+                        backoff = min(backoff * 2, 30.0)
+                        continue
+                try:
+                    batch = consumer.poll(
+                        timeout_ms=500, max_records=self.config.kafka.max_poll_records
+                    )
+                except KafkaError as error:
+                    log.warning("poll failed: %s", error)
+                    batch = {}
+                self.connected = bool(consumer.bootstrap_connected())
+                self._process(batch, producer)
+                self._measure_lag(consumer)
+                if time.monotonic() - last_checkpoint >= self.config.state.checkpoint_interval:
+                    self._checkpoint(consumer, producer)
+                    last_checkpoint = time.monotonic()
+            if consumer is not None:
+                self._checkpoint(consumer, producer)
+        finally:
+            if consumer is not None:
+                consumer.close(autocommit=False)
+            if producer is not None:
+                producer.close(timeout=5)
+            server.close()
+        log.info("stopped")
+        return 0
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.stop.set())
+
+    def _connect(self) -> tuple[KafkaConsumer, KafkaProducer | None]:
+        kafka = self.config.kafka
+        options = kafka.client_options()
+        consumer = KafkaConsumer(
+            kafka.events_topic, kafka.judgments_topic,
+            bootstrap_servers=kafka.bootstrap_servers,
+            group_id=kafka.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=kafka.session_timeout_ms,
+            heartbeat_interval_ms=kafka.heartbeat_interval_ms,
+            max_poll_interval_ms=kafka.max_poll_interval_ms,
+            client_id="searchmon",
+            **options,
+        )
+        producer = None
+        if kafka.dead_letter_topic is not None:
+            producer = KafkaProducer(
+                bootstrap_servers=kafka.bootstrap_servers, acks="all", linger_ms=50,
+                client_id="searchmon-dead-letter", **options,
+            )
+        self.connected = True
+        log.info("connected to %s, group %s", ",".join(kafka.bootstrap_servers), kafka.group_id)
+        return consumer, producer
+
+    def _process(self, batch: dict[TopicPartition, list[Any]], producer: KafkaProducer | None) -> (
+        None
+    ):
+        feed = self.pipeline.feed
+        for partition, records in batch.items():
+            key = (partition.topic, partition.partition)
+            next_offset = self.offsets.get(key, 0)
+            for record in records:
+                if record.offset < next_offset:
+                    continue  # already reflected in the restored state
+                value = record.value if record.value is not None else b""
+                rejection = feed(value)
+                if rejection is not None:
+                    where = f"{partition.topic}/{partition.partition}@{record.offset}"
+                    self.rejections.record(rejection, where)
+                    if producer is not None:
+                        self._dead_letter(producer, record, rejection)
+                next_offset = record.offset + 1
+            self.offsets[key] = next_offset
+
+    def _dead_letter(self, producer: KafkaProducer, record: Any, rejection: Rejection) -> None:
+        topic = self.config.kafka.dead_letter_topic
+        headers = [
+            ("searchmon.reason", rejection.reason.value.encode()),
+            ("searchmon.detail", rejection.detail[:500].encode()),
+            ("searchmon.source.topic", record.topic.encode()),
+            ("searchmon.source.partition", str(record.partition).encode()),
+            ("searchmon.source.offset", str(record.offset).encode()),
+        ]
+        producer.send(topic, value=record.value, key=record.key, headers=headers)
+        self.dead_lettered += 1
+
+    def _measure_lag(self, consumer: KafkaConsumer) -> None:
+        # The fetch highwater mark: a ListOffsets(latest) request is not needed, and some
+        # Kafka-compatible brokers answer it imprecisely.
+        for partition in consumer.assignment():
+            highwater = consumer.highwater(partition)
+            if highwater is not None:
+                key = (partition.topic, partition.partition)
+                self.lag[key] = max(0, highwater - self.offsets.get(key, 0))
+
+    def _checkpoint(self, consumer: KafkaConsumer, producer: KafkaProducer | None) -> None:
+        if producer is not None:
+            producer.flush(timeout=30)  # dead letters are durable before their offsets move
+        written_at = time.time()
+        data = checkpoint.encode(
+            checkpoint.Checkpoint(self.pipeline, dict(self.offsets), written_at)
+        )
+        checkpoint.write(self.config.state.dir, data)
+        self.checkpoint_time = written_at
+        self.exported = checkpoint.decode(data, "in-memory").pipeline
+        offsets = {
+            TopicPartition(topic, number): OffsetAndMetadata(offset, "", -1)
+            for (topic, number), offset in self.offsets.items()
+            if TopicPartition(topic, number) in consumer.assignment()
+        }
+        if offsets:
+            try:
+                consumer.commit(offsets)
+            except KafkaError as error:  # the checkpoint is durable; the next commit catches up
+                log.warning("offset commit failed: %s", error)
+
+    # --- health -----------------------------------------------------------------------------
+
+    def _not_ready(self) -> str | None:
+        if not self.connected:
+            return "not connected to Kafka"
+        return None
+
+    def _daemon_metrics(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily(
+            "searchmon_consumer_lag", "Messages behind the partition's fetch highwater mark.",
+            labels=["topic", "partition"],
+        )
+        for (topic, number), value in sorted(self.lag.items()):
+            lag.add_metric([topic, str(number)], value)
+        yield lag
+        connected = GaugeMetricFamily(
+            "searchmon_broker_connected", "1 while the consumer is connected to Kafka."
+        )
+        connected.add_metric([], 1.0 if self.connected else 0.0)
+        yield connected
+        if self.checkpoint_time is not None:
+            written = GaugeMetricFamily(
+                "searchmon_checkpoint_timestamp_seconds",
+                "Wall-clock time of the newest durable checkpoint (what /metrics shows).",
+            )
+            written.add_metric([], self.checkpoint_time)
+            yield written
+        dead = CounterMetricFamily(
+            "searchmon_dead_lettered", "Rejected messages copied to the dead-letter topic."
+        )
+        dead.add_metric([], self.dead_lettered)
+        yield dead
