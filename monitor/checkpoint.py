@@ -26,7 +26,8 @@ class CheckpointError(Exception):
 
 @dataclass
 class Checkpoint:
-    pipeline: Pipeline
+    pipelines: dict[tuple[str, int], Pipeline]
+    """One pipeline per (topic, partition); they share one offline (judged) state."""
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     """Next offset to process per (topic, partition): everything before it is in the state."""
     written_at: float = 0.0

@@ -29,6 +29,7 @@ from monitor import checkpoint
 from monitor.config import Config
 from monitor.events import Rejection
 from monitor.http import MetricsServer
+from monitor.merge import merged
 from monitor.metrics import PipelineCollector
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import tune_for_throughput
@@ -59,9 +60,11 @@ class Daemon:
             log.warning("discarded unusable checkpoint, kept as %s", aside)
             restored = None
         if restored is not None:
+            first = next(iter(restored.pipelines.values()), None)
             changed = [
                 section for section in STATE_SECTIONS
-                if getattr(restored.pipeline.config, section) != getattr(config, section)
+                if first is not None
+                and getattr(first.config, section) != getattr(config, section)
             ]
             if changed and not discard_checkpoint:
                 raise StartError(
@@ -73,14 +76,19 @@ class Daemon:
                 log.warning("configuration changed: checkpoint discarded")
                 checkpoint.discard(state_dir)
                 restored = None
-        self.pipeline = restored.pipeline if restored else Pipeline(config)
+        self.pipelines: dict[tuple[str, int], Pipeline] = (
+            dict(restored.pipelines) if restored else {}
+        )
+        self.judged = (
+            next(iter(self.pipelines.values())).judged if self.pipelines
+            else Pipeline(config).judged
+        )
         self.offsets: dict[tuple[str, int], int] = dict(restored.offsets) if restored else {}
         self.checkpoint_time = restored.written_at if restored else None
-        # what /metrics shows: a copy of the newest durable state
-        self.exported = checkpoint.decode(
-            checkpoint.encode(checkpoint.Checkpoint(self.pipeline, dict(self.offsets))),
-            "in-memory",
-        ).pipeline
+        # what /metrics shows: the merged copy of the newest durable state
+        self.exported = self._exported(checkpoint.encode(
+            checkpoint.Checkpoint(self.pipelines, dict(self.offsets))
+        ))
         self.connected = False
         self.lag: dict[tuple[str, int], int] = {}
         self.dead_lettered = 0
@@ -120,7 +128,7 @@ class Daemon:
                 except KafkaError as error:
                     log.warning("poll failed: %s", error)
                     batch = {}
-                self.connected = bool(consumer.bootstrap_connected())
+                self.connected = _connection_count(consumer) > 0
                 self._process(batch, producer)
                 self._measure_lag(consumer)
                 if time.monotonic() - last_checkpoint >= self.config.state.checkpoint_interval:
@@ -169,9 +177,9 @@ class Daemon:
     def _process(self, batch: dict[TopicPartition, list[Any]], producer: KafkaProducer | None) -> (
         None
     ):
-        feed = self.pipeline.feed
         for partition, records in batch.items():
             key = (partition.topic, partition.partition)
+            feed = self._pipeline(key).feed
             next_offset = self.offsets.get(key, 0)
             for record in records:
                 if record.offset < next_offset:
@@ -185,6 +193,17 @@ class Daemon:
                         self._dead_letter(producer, record, rejection)
                 next_offset = record.offset + 1
             self.offsets[key] = next_offset
+
+    def _pipeline(self, key: tuple[str, int]) -> Pipeline:
+        pipeline = self.pipelines.get(key)
+        if pipeline is None:
+            pipeline = self.pipelines[key] = Pipeline(self.config)
+            pipeline.judged = self.judged
+        return pipeline
+
+    def _exported(self, data: bytes) -> Pipeline:
+        copy = checkpoint.decode(data, "in-memory")
+        return merged(self.config, [copy.pipelines[k] for k in sorted(copy.pipelines)])
 
     def _dead_letter(self, producer: KafkaProducer, record: Any, rejection: Rejection) -> None:
         topic = self.config.kafka.dead_letter_topic
@@ -212,11 +231,11 @@ class Daemon:
             producer.flush(timeout=30)  # dead letters are durable before their offsets move
         written_at = time.time()
         data = checkpoint.encode(
-            checkpoint.Checkpoint(self.pipeline, dict(self.offsets), written_at)
+            checkpoint.Checkpoint(self.pipelines, dict(self.offsets), written_at)
         )
         checkpoint.write(self.config.state.dir, data)
         self.checkpoint_time = written_at
-        self.exported = checkpoint.decode(data, "in-memory").pipeline
+        self.exported = self._exported(data)
         offsets = {
             TopicPartition(topic, number): OffsetAndMetadata(offset, "", -1)
             for (topic, number), offset in self.offsets.items()
@@ -260,3 +279,11 @@ class Daemon:
         )
         dead.add_metric([], self.dead_lettered)
         yield dead
+
+
+def _connection_count(consumer: KafkaConsumer) -> float:
+    """Open broker connections, from kafka-python's own consumer metrics."""
+    try:
+        return float(consumer.metrics()["consumer-metrics"]["connection-count"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0

@@ -1,0 +1,209 @@
+"""`searchmon run` against a real Kafka-protocol broker: exactly-once counting through crashes,
+dead letters with their headers, a clean SIGTERM, and a corrupt checkpoint refused."""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from monitor.config import Config
+from monitor.generate import Traffic, World, events
+from monitor.merge import merged
+from monitor.online import OnlineCounters
+from monitor.pipeline import Pipeline
+from tests.broker import FAST_GROUP, Broker, free_port
+from tests.test_exposition import get
+
+EVENTS, DEAD = "search-events", "search-dead-letters"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    running = Broker().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def traffic(broker: Broker) -> list[list[bytes]]:
+    """Generated events (with malformed and duplicated lines) on a 4-partition topic, keyed
+    by session; returns each partition's messages in order, as read back from the broker."""
+    broker.create_topics({EVENTS: 4, "search-judgments": 1, DEAD: 1})
+    world = World.build(5)
+    stream = Traffic(seed=5, sessions_per_second=2.0, duration=1800.0, malformed_rate=0.01,
+                     duplicate_rate=0.005)
+    broker.produce(EVENTS, ((key.encode(), line) for _, key, line in events(world, stream)))
+    return read_back(broker, EVENTS, 4)
+
+
+def read_back(broker: Broker, topic: str, partitions: int) -> list[list[bytes]]:
+    consumer = KafkaConsumer(bootstrap_servers=broker.address, enable_auto_commit=False)
+    assigned = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning(*assigned)
+    out: list[list[bytes]] = [[] for _ in range(partitions)]
+    idle = 0
+    while idle < 6:
+        batch = consumer.poll(timeout_ms=500)
+        idle = 0 if batch else idle + 1
+        for tp, records in batch.items():
+            out[tp.partition].extend(r.value for r in records)
+    consumer.close()
+    return out
+
+
+def expected(partitions: list[list[bytes]]) -> Pipeline:
+    """The same messages through one pipeline per partition, in partition order."""
+    config = Config()
+    pipelines = []
+    for messages in partitions:
+        pipeline = Pipeline(config)
+        for message in messages:
+            pipeline.feed(message)
+        pipelines.append(pipeline)
+    return merged(config, pipelines)
+
+
+def start_daemon(tmp: Path, broker: Broker, group: str, port: int) -> subprocess.Popen[str]:
+    config = tmp / "searchmon.toml"
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = ["{broker.address}"]\ngroup_id = "{group}"\n'
+        f'dead_letter_topic = "{DEAD}"\n'
+        + "".join(f"{k} = {v}\n" for k, v in FAST_GROUP.items())
+        + f'[http]\nlisten = "127.0.0.1:{port}"\n'
+        f'[state]\ndir = "{tmp / "state"}"\ncheckpoint_interval = "500ms"\n'
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "monitor", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def samples(exposition: str) -> dict[str, float]:
+    """``name{labels}`` -> value of every sample line of a text exposition."""
+    values = {}
+    for line in exposition.splitlines():
+        match = re.match(r"^([a-z_:]+(?:\{[^}]*\})?) (\S+)$", line)
+        if match:
+            values[match[1]] = float(match[2])
+    return values
+
+
+def scrape(port: int) -> dict[str, float]:
+    try:
+        status, body = get(f"http://127.0.0.1:{port}/metrics")
+    except OSError:
+        return {}
+    return samples(body) if status == 200 else {}
+
+
+def wait_until_read(port: int, total: int, seconds: float = 120) -> dict[str, float]:
+    deadline = time.monotonic() + seconds
+    while True:
+        values = scrape(port)
+        if values.get("searchmon_events_read_total") == total:
+            return values
+        assert time.monotonic() < deadline, f"read {values.get('searchmon_events_read_total')}"
+        time.sleep(0.3)
+
+
+def online_counts(values: dict[str, float]) -> dict[str, float]:
+    keys = tuple(f"search_{name}_total" for name in OnlineCounters.COUNTS)
+    return {k: v for k, v in values.items() if k.startswith(keys) or "rejected" in k}
+
+
+def counts_of(pipeline: Pipeline) -> dict[str, float]:
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from monitor.metrics import PipelineCollector
+
+    registry = CollectorRegistry()
+    registry.register(PipelineCollector(lambda: pipeline))
+    return online_counts(samples(generate_latest(registry).decode()))
+
+
+def test_consumes_everything_dead_letters_rejections_and_stops_on_sigterm(
+    tmp_path: Path, broker: Broker, traffic: list[list[bytes]]
+) -> None:
+    total = sum(map(len, traffic))
+    port = free_port()
+    daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port)
+    try:
+        values = wait_until_read(port, total)
+        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+        assert values["searchmon_broker_connected"] == 1.0
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert time.monotonic() - started < 10
+    want = expected(traffic)
+    assert online_counts(values) == counts_of(want)
+    rejected = sum(want.health.rejected.values())
+    assert rejected > 20
+    dead = KafkaConsumer(DEAD, bootstrap_servers=broker.address, auto_offset_reset="earliest",
+                         enable_auto_commit=False, consumer_timeout_ms=5000)
+    letters = [record for record in dead]
+    dead.close()
+    assert len(letters) == rejected
+    for letter in letters:
+        headers = dict(letter.headers)
+        assert headers["searchmon.source.topic"] == EVENTS.encode()
+        partition = int(headers["searchmon.source.partition"])
+        offset = int(headers["searchmon.source.offset"])
+        assert traffic[partition][offset] == letter.value, "copied unchanged"
+        assert headers["searchmon.reason"].decode() in want.health.rejected
+
+
+def test_kill_9_at_random_points_loses_nothing_and_counts_nothing_twice(
+    tmp_path: Path, broker: Broker, traffic: list[list[bytes]]
+) -> None:
+    total = sum(map(len, traffic))
+    group = f"g-{uuid.uuid4().hex}"
+    rng = random.Random(7)
+    seen: list[float] = []
+    for _ in range(3):
+        port = free_port()
+        daemon = start_daemon(tmp_path, broker, group, port)
+        deadline = time.monotonic() + rng.uniform(3.0, 6.0)
+        while time.monotonic() < deadline:
+            value = scrape(port).get("searchmon_events_read_total")
+            if value is not None:
+                seen.append(value)
+            time.sleep(0.2)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+    port = free_port()
+    daemon = start_daemon(tmp_path, broker, group, port)
+    try:
+        values = wait_until_read(port, total, seconds=180)
+        seen.append(values["searchmon_events_read_total"])
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)
+    assert online_counts(values) == counts_of(expected(traffic))
+    assert seen == sorted(seen), "an exported counter never goes backwards across crashes"
+
+
+def test_a_corrupt_checkpoint_is_refused_unless_discarded(tmp_path: Path, broker: Broker) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "checkpoint.bin").write_bytes(b"searchmon-checkpoint 1\nabc\nnot a pickle")
+    port = free_port()
+    daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port)
+    _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 2
+    assert "corrupt checkpoint" in err and "--discard-checkpoint" in err
+    assert "Traceback" not in err
