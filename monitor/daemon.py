@@ -129,7 +129,7 @@ class Daemon:
                     log.warning("poll failed: %s", error)
                     batch = {}
                 self.connected = _connection_count(consumer) > 0
-                self._process(batch, producer)
+                self._process(batch, producer, consumer)
                 self._measure_lag(consumer)
                 if time.monotonic() - last_checkpoint >= self.config.state.checkpoint_interval:
                     self._checkpoint(consumer, producer)
@@ -174,13 +174,24 @@ class Daemon:
         log.info("connected to %s, group %s", ",".join(kafka.bootstrap_servers), kafka.group_id)
         return consumer, producer
 
-    def _process(self, batch: dict[TopicPartition, list[Any]], producer: KafkaProducer | None) -> (
-        None
-    ):
+    def _process(
+        self, batch: dict[TopicPartition, list[Any]], producer: KafkaProducer | None,
+        consumer: KafkaConsumer,
+    ) -> None:
         for partition, records in batch.items():
             key = (partition.topic, partition.partition)
             feed = self._pipeline(key).feed
             next_offset = self.offsets.get(key, 0)
+            highwater = consumer.highwater(partition)
+            if highwater is not None and highwater < next_offset:
+                # The log is shorter than what the state reflects: the topic was deleted and
+                # created again (or truncated). Its new messages are new events.
+                log.warning(
+                    "%s/%d: log end %d is below the checkpointed offset %d; the topic was "
+                    "recreated or truncated, reading it from its start",
+                    partition.topic, partition.partition, highwater, next_offset,
+                )
+                next_offset = 0
             for record in records:
                 if record.offset < next_offset:
                     continue  # already reflected in the restored state

@@ -207,3 +207,61 @@ def test_a_corrupt_checkpoint_is_refused_unless_discarded(tmp_path: Path, broker
     assert daemon.returncode == 2
     assert "corrupt checkpoint" in err and "--discard-checkpoint" in err
     assert "Traceback" not in err
+
+
+def test_broker_outage_keeps_metrics_up_and_resumes(tmp_path: Path) -> None:
+    broker = Broker().start()
+    port = free_port()
+    world = World.build(9)
+    stream = list(events(world, Traffic(seed=9, sessions_per_second=2.0, duration=900.0)))
+    first, rest = stream[: len(stream) * 3 // 4], stream[len(stream) * 3 // 4:]
+    daemon = None
+    try:
+        broker.create_topics({EVENTS: 4, "search-judgments": 1, DEAD: 1})
+        broker.produce(EVENTS, ((k.encode(), line) for _, k, line in first))
+        daemon = start_daemon(tmp_path, broker, "outage", port)
+        wait_until_read(port, len(first))
+        broker.stop()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            values = scrape(port)
+            assert values, "/metrics keeps answering while the broker is down"
+            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+            time.sleep(1)
+        assert values["searchmon_broker_connected"] == 0.0
+        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 503
+        # the broker keeps nothing across a restart: topics again, then the rest of the stream
+        broker.start()
+        broker.create_topics({EVENTS: 4, "search-judgments": 1, DEAD: 1})
+        broker.produce(EVENTS, ((k.encode(), line) for _, k, line in rest))
+        values = wait_until_read(port, len(first) + len(rest), seconds=180)
+        assert values["searchmon_broker_connected"] == 1.0
+        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+    finally:
+        if daemon is not None:
+            daemon.send_signal(signal.SIGTERM)
+            _, err = daemon.communicate(timeout=30)
+            assert daemon.returncode == 0, err
+        broker.stop()
+
+
+def test_broker_down_at_start_is_retried(tmp_path: Path) -> None:
+    broker = Broker()  # not started yet
+    port = free_port()
+    daemon = start_daemon(tmp_path, broker, "late-broker", port)
+    try:
+        deadline = time.monotonic() + 30
+        while not scrape(port):
+            assert time.monotonic() < deadline, "/metrics is served before Kafka is reachable"
+            time.sleep(0.3)
+        assert scrape(port)["searchmon_broker_connected"] == 0.0
+        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 503
+        broker.start()
+        broker.create_topics({EVENTS: 4, "search-judgments": 1, DEAD: 1})
+        sent = broker.produce(EVENTS, [(b"s1", b'{"type": "query"}')] * 5)
+        wait_until_read(port, sent, seconds=120)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+        broker.stop()
+    assert daemon.returncode == 0, err
