@@ -246,7 +246,10 @@ class Daemon:
         )
         checkpoint.write(self.config.state.dir, data)
         self.checkpoint_time = written_at
-        self.exported = self._exported(data)
+        # the live pipelines are exactly the durable state at this moment: export their sums
+        self.exported = merged(
+            self.config, [self.pipelines[k] for k in sorted(self.pipelines)], copy_offline=True
+        )
         offsets = {
             TopicPartition(topic, number): OffsetAndMetadata(offset, "", -1)
             for (topic, number), offset in self.offsets.items()

@@ -7,6 +7,7 @@ the other's events late. Counters add up by class name; the offline state is sha
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 
 from monitor.config import Config
@@ -14,8 +15,14 @@ from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
 
 
-def merged(config: Config, pipelines: Sequence[Pipeline]) -> Pipeline:
-    """A pipeline whose counters are the sums of ``pipelines``' (for export only)."""
+def merged(config: Config, pipelines: Sequence[Pipeline], copy_offline: bool = False) -> (
+    Pipeline
+):
+    """A pipeline whose counters are the sums of ``pipelines``' (for export only).
+
+    The counters are copied; so is the (shared) offline state with ``copy_offline``, so that
+    the view does not change when the pipelines go on.
+    """
     view = Pipeline(config)
     for pipeline in pipelines:
         index = {}
@@ -36,6 +43,8 @@ def merged(config: Config, pipelines: Sequence[Pipeline]) -> Pipeline:
         view.sessions.newest = max(view.sessions.newest, pipeline.sessions.newest)
         view.sessions.open.update(pipeline.sessions.open)  # read only: counted, not used
         view.judged = pipeline.judged  # shared by every partition's pipeline
+    if copy_offline and pipelines:
+        view.judged = pickle.loads(pickle.dumps(view.judged, protocol=5))
     return view
 
 
