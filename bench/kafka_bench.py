@@ -77,7 +77,10 @@ def caught_up(port: int) -> bool:
             body = response.read().decode()
     except OSError:
         return False
-    lags = re.findall(r"^searchmon_consumer_lag\{[^}]*\} (\S+)$", body, flags=re.MULTILINE)
+    lags = re.findall(
+        r'^searchmon_consumer_lag\{[^}]*topic="search-events"[^}]*\} (\S+)$', body,
+        flags=re.MULTILINE,
+    )
     return len(lags) == 4 and all(float(lag) == 0 for lag in lags)
 
 
