@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.registry import CollectorRegistry
 
-from monitor.config import Config, ConfigError, load_config
+from monitor.config import Config, ConfigError, HttpConfig, load_config, parse_duration
 from monitor.http import MetricsServer
 from monitor.metrics import PipelineCollector
 from monitor.offline.evaluate import evaluate
@@ -46,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_FAILURE
+    except BrokenPipeError:  # the reader went away (| head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,10 +128,46 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="the embedded default: evaluate the bundled example judgments and run",
-        description="Evaluate the example qrels and run that ship with the package.",
+        help="the embedded default: local broker, generated traffic, the daemon, a live view",
+        description="Start a local Kafka-compatible broker, stream generated traffic with a "
+        "ranking bug injected into one class, run the daemon on it, serve /metrics and show "
+        "a live view. Ctrl-C stops everything.",
     )
+    demo.add_argument("--listen", default=HttpConfig().listen, help="HOST:PORT of /metrics")
+    demo.add_argument("--accelerate", type=float, default=600.0,
+                      help="event time runs this many times faster than real time (600)")
+    demo.add_argument("--regression-class", default="navigational",
+                      help="class whose results get shuffled ('' for none)")
+    demo.add_argument("--regression-after", type=parse_duration, default=9000.0,
+                      help="event time until the bug ships (default 2.5h)")
+    demo.add_argument("--duration", type=float, help="stop after this many seconds")
+    demo.add_argument("--seed", type=int, default=1)
     demo.set_defaults(handler=_demo)
+
+    gen = commands.add_parser(
+        "generate",
+        help="realistic synthetic traffic and judged samples, as JSONL or to Kafka",
+        description="Seeded, reproducible traffic: Zipf-like query popularity, classes, "
+        "sessions with reformulations, cascade-model clicks, dwell, conversions, a trickle of "
+        "malformed and duplicated messages, judged samples and qrels.",
+    )
+    gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument("--duration", type=parse_duration, default=3600.0,
+                     help="event time to cover (default 1h)")
+    gen.add_argument("--sessions-per-second", type=float, default=5.0)
+    gen.add_argument("--judged-every", type=parse_duration, default=0.0,
+                     help="event time between judged samples (default: none)")
+    gen.add_argument("--judged-queries", type=int, default=300)
+    gen.add_argument("--qrels", action="store_true", help="start with qrels messages")
+    gen.add_argument("--regression-class", help="class whose results get shuffled")
+    gen.add_argument("--regression-after", type=parse_duration, default=1800.0)
+    gen.add_argument("--malformed-rate", type=float, default=0.001)
+    gen.add_argument("--duplicate-rate", type=float, default=0.001)
+    gen.add_argument("-o", "--output", type=Path, help="JSONL file (default: standard output)")
+    gen.add_argument("--kafka", metavar="BOOTSTRAP", help="produce to Kafka instead (host:port)")
+    gen.add_argument("--topic", default="search-events")
+    gen.add_argument("--judgments-topic", default="search-judgments")
+    gen.set_defaults(handler=_generate)
     return parser
 
 
@@ -233,10 +273,49 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    examples = Path(__file__).parent / "examples"
-    qrels, run = examples / "qrels.txt", examples / "run.txt"
-    print(f"searchmon eval -q {qrels} {run}\n", flush=True)
-    return main(["eval", "-q", str(qrels), str(run)])
+    from monitor.demo import run_demo  # the broker and kafka-python load only for the demo
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return run_demo(
+        listen=args.listen, accelerate=args.accelerate,
+        regression_class=args.regression_class or None,
+        regression_after=args.regression_after, duration=args.duration, seed=args.seed,
+    )
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from monitor.generate import Regression, Traffic, World, events
+
+    world = World.build(args.seed)
+    start = Traffic().start
+    traffic = Traffic(
+        seed=args.seed, start=start, sessions_per_second=args.sessions_per_second,
+        duration=args.duration, malformed_rate=args.malformed_rate,
+        duplicate_rate=args.duplicate_rate, judged_every=args.judged_every,
+        judged_queries=args.judged_queries, qrels=args.qrels,
+        regression=(Regression(args.regression_class, start + args.regression_after)
+                    if args.regression_class else None),
+    )
+    stream = events(world, traffic)
+    if args.kafka:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=args.kafka, linger_ms=20)
+        for _, key, line in stream:
+            judged = b'"type":"judgment"' in line or b'"type":"qrels"' in line
+            topic = args.judgments_topic if judged else args.topic
+            producer.send(topic, key=key.encode(), value=line)
+        producer.flush()
+        producer.close()
+        return EXIT_OK
+    out = args.output.open("wb") if args.output else sys.stdout.buffer
+    try:
+        for _, _, line in stream:
+            out.write(line + b"\n")
+    finally:
+        if args.output:
+            out.close()
+    return EXIT_OK
 
 
 def _trec_display_name(text: str, cutoff: int | None) -> str:

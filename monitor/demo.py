@@ -1,0 +1,151 @@
+"""``searchmon demo``: the embedded default, end to end on one machine.
+
+A local Kafka-compatible broker, generated traffic streamed in (accelerated) real time with a
+ranking bug injected into one class, the daemon consuming it and serving ``/metrics``, and a
+live view of what on-call would see. Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from kafka import KafkaProducer
+
+from monitor.broker import FAST_GROUP, Broker
+from monitor.classes import ALL
+from monitor.config import Config
+from monitor.daemon import Daemon
+from monitor.generate import Regression, Traffic, World, events, rfc3339
+from monitor.judged import OVERALL
+from monitor.pipeline import Pipeline
+from monitor.replay import report
+
+EVENTS, JUDGMENTS, DEAD = "search-events", "search-judgments", "search-dead-letters"
+
+
+def run_demo(
+    *, listen: str, accelerate: float, regression_class: str | None, regression_after: float,
+    duration: float | None, seed: int, out: TextIO = sys.stdout,
+) -> int:
+    broker = Broker().start()
+    state = Path(tempfile.mkdtemp(prefix="searchmon-demo-"))
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    daemon: Daemon | None = None
+    try:
+        broker.create_topics({EVENTS: 4, JUDGMENTS: 1, DEAD: 1})
+        config = Config.model_validate({
+            "kafka": {"bootstrap_servers": [broker.address], "dead_letter_topic": DEAD,
+                      **FAST_GROUP},
+            "http": {"listen": listen},
+            "state": {"dir": str(state), "checkpoint_interval": 1.0},
+            "input": {"rejection_log_limit": 0},  # counted in the view, not logged over it
+            # the first judged sample (1 h of event time) is the known-good baseline
+            "offline": {"baseline": "sample-1"},
+        })
+        daemon = Daemon(config)
+        world = World.build(seed)
+        start = Traffic().start
+        traffic = Traffic(
+            seed=seed, start=start, sessions_per_second=1.0, duration=float("inf"),
+            judged_every=3600.0, judged_queries=300, qrels=True,
+            regression=(Regression(regression_class, start + regression_after)
+                        if regression_class else None),
+        )
+        threads = [
+            threading.Thread(target=daemon.run, name="daemon", daemon=True),
+            threading.Thread(
+                target=_stream, args=(broker, world, traffic, accelerate, stop),
+                name="traffic", daemon=True,
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        print(f"searchmon demo: broker {broker.address}, metrics http://{listen}/metrics, "
+              f"event time x{accelerate:g}"
+              + (f", {regression_class} results shuffled after "
+                 f"{regression_after / 3600:g} h of event time" if regression_class else "")
+              + "; Ctrl-C to stop", file=out, flush=True)
+        began = time.monotonic()
+        previous: dict[str, tuple[float, int]] = {}
+        while duration is None or time.monotonic() - began < duration:
+            time.sleep(2.0)
+            _view(daemon, previous, out)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        if daemon is not None:
+            daemon.stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        broker.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
+def _stream(broker: Broker, world: World, traffic: Traffic, accelerate: float,
+            stop: threading.Event) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker.address, linger_ms=20)
+    began = time.monotonic()
+    try:
+        for event_time, key, line in events(world, traffic):
+            if stop.is_set():
+                return
+            delay = (event_time - traffic.start) / accelerate - (time.monotonic() - began)
+            if delay > 0 and stop.wait(delay):
+                return
+            kind = JUDGMENTS if b'"type":"judgment"' in line or b'"type":"qrels"' in line else (
+                EVENTS
+            )
+            producer.send(kind, key=key.encode(), value=line)
+    finally:
+        producer.close(timeout=5)
+
+
+def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -> None:
+    view: Pipeline = daemon.exported
+    result: dict[str, Any] = report(view)
+    judged = view.judged
+    newest = view.sessions.newest
+    lines = [
+        "",
+        f"event time {rfc3339(newest) if newest > 0 else '-'}   "
+        f"lag {sum(daemon.lag.values())}   "
+        f"rejected {sum(result['rejected'].values())}   "
+        f"broker {'connected' if daemon.connected else 'DISCONNECTED'}",
+        f"{'class':<14}{'QPS':>7}{'queries':>9}{'CTR':>7}{'zero-res':>9}{'abandon':>9}"
+        f"{'success':>9}{'nDCG@10':>9}  regression",
+    ]
+    names = view.classes.names
+    for klass, name in [*sorted(enumerate(names), key=lambda c: c[1]), (OVERALL, ALL)]:
+        online = result["online"].get(name)
+        if online is None or (klass != OVERALL and not online["queries"]):
+            continue
+        ndcg = judged.samples_mean(1, klass, 0)
+        verdicts = [
+            str(judged.specs[m]) for (k, m), verdict in judged.verdicts.items()
+            if k == klass and verdict.regression
+        ]
+        now, queries = time.monotonic(), online["queries"]
+        then, before = previous.get(name, (now, queries))
+        previous[name] = (now, queries)
+        qps = (queries - before) / (now - then) if now > then else 0.0
+        lines.append(
+            f"{name:<14}{qps:>7.0f}{queries:>9}{_pct(online['ctr']):>7}"
+            f"{_pct(online['zero_result_rate']):>9}{_pct(online['abandonment_rate']):>9}"
+            f"{_pct(online['session_success_rate']):>9}"
+            f"{(f'{ndcg[0]:.3f}' if ndcg else '-'):>9}  "
+            + ("REGRESSION " + ", ".join(verdicts) if verdicts else "-")
+        )
+    print("\n".join(lines), file=out, flush=True)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"

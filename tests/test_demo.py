@@ -1,0 +1,59 @@
+"""The quick start's first command, run as the README writes it: traffic for every class, and
+the injected regression flagged for its class only."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from monitor.broker import free_port
+from tests.test_daemon import scrape
+
+ROOT = Path(__file__).parent.parent
+
+
+def readme_command(marker: str) -> list[str]:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    after = lines[lines.index(f"<!-- {marker} -->") + 1:]
+    command = next(line for line in after if line and not line.startswith("```"))
+    return shlex.split(command)
+
+
+def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
+    port = free_port()
+    command = [*readme_command("quickstart-demo"), "--listen", f"127.0.0.1:{port}",
+               "--duration", "120"]
+    demo = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    values: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 110
+        while time.monotonic() < deadline:
+            values = scrape(port)
+            flag = values.get('search_judged_regression{measure="nDCG@10",'
+                              'query_class="navigational"}')
+            if flag == 1.0:
+                time.sleep(3)  # one more refresh of the live view
+                break
+            time.sleep(1)
+    finally:
+        demo.send_signal(signal.SIGINT)
+        output, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 0, output
+    classes = ("navigational", "informational", "product", "local")
+    for klass in classes:
+        assert values[f'search_queries_total{{query_class="{klass}"}}'] > 0, klass
+    flags = {
+        (m["c"], m["m"]): value for key, value in values.items()
+        if (m := re.match(r'search_judged_regression\{measure="(?P<m>[^"]+)",'
+                          r'query_class="(?P<c>[^"]+)"\}', key))
+    }
+    assert flags[("navigational", "nDCG@10")] == 1.0
+    for (klass, measure), value in flags.items():
+        if klass in classes and klass != "navigational":
+            assert value == 0.0, (klass, measure)
+    assert "REGRESSION" in output
