@@ -109,11 +109,3 @@ def test_bad_measure_and_missing_file_exit_2(tmp_path: Path) -> None:
     done = searchmon("eval", str(tmp_path / "absent"), RUN)
     assert done.returncode == 2 and "cannot read" in done.stderr
     assert "Traceback" not in done.stderr
-
-
-def test_demo_evaluates_the_bundled_example() -> None:
-    done = searchmon("demo")
-    assert done.returncode == 0, done.stderr
-    summary = summary_lines(done.stdout.split("\n\n", 1)[1])
-    assert set(summary) == {"P@5", "P@10", "R@100", "AP", "nDCG", "nDCG@10", "RR", "Rprec", "bpref"}
-    assert 0 < summary["nDCG@10"] < 1
