@@ -142,6 +142,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="event time until the bug ships (default 2.5h)")
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
     demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument(
+        "--prometheus", metavar="HOST:PORT", nargs="?", const="127.0.0.1:9090",
+        help="also start an installed Prometheus with the project's rules (default "
+        "127.0.0.1:9090) to watch the alerts fire",
+    )
     demo.set_defaults(handler=_demo)
 
     gen = commands.add_parser(
@@ -280,6 +285,7 @@ def _demo(args: argparse.Namespace) -> int:
         listen=args.listen, accelerate=args.accelerate,
         regression_class=args.regression_class or None,
         regression_after=args.regression_after, duration=args.duration, seed=args.seed,
+        prometheus_listen=args.prometheus,
     )
 
 

@@ -8,6 +8,7 @@ live view of what on-call would see. Ctrl-C stops everything it started.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,10 +32,12 @@ EVENTS, JUDGMENTS, DEAD = "search-events", "search-judgments", "search-dead-lett
 
 def run_demo(
     *, listen: str, accelerate: float, regression_class: str | None, regression_after: float,
-    duration: float | None, seed: int, out: TextIO = sys.stdout,
+    duration: float | None, seed: int, prometheus_listen: str | None = None,
+    out: TextIO = sys.stdout,
 ) -> int:
     broker = Broker().start()
     state = Path(tempfile.mkdtemp(prefix="searchmon-demo-"))
+    prometheus = _start_prometheus(prometheus_listen, listen, state, out)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     daemon: Daemon | None = None
@@ -51,7 +54,7 @@ def run_demo(
         })
         daemon = Daemon(config)
         world = World.build(seed)
-        start = Traffic().start
+        start = float(int(time.time()))  # event time begins now and runs ahead, accelerated
         traffic = Traffic(
             seed=seed, start=start, sessions_per_second=1.0, duration=float("inf"),
             judged_every=3600.0, judged_queries=300, qrels=True,
@@ -85,9 +88,39 @@ def run_demo(
             daemon.stop.set()
         for thread in threads:
             thread.join(timeout=30)
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(timeout=30)
         broker.stop()
         shutil.rmtree(state, ignore_errors=True)
     return 0
+
+
+def _start_prometheus(
+    prometheus_listen: str | None, listen: str, state: Path, out: TextIO
+) -> subprocess.Popen[bytes] | None:
+    """A Prometheus server with the project's rules, when asked for and installed."""
+    if prometheus_listen is None:
+        return None
+    binary = shutil.which("prometheus")
+    rules = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "searchmon.rules.yml"
+    if binary is None or not rules.exists():
+        print("no prometheus binary (or deploy/ rules) found: running without it", file=out)
+        return None
+    shutil.copy(rules, state / "searchmon.rules.yml")
+    (state / "prometheus.yml").write_text(
+        "global: {scrape_interval: 2s, evaluation_interval: 2s}\n"
+        "rule_files: [searchmon.rules.yml]\n"
+        f"scrape_configs: [{{job_name: searchmon, static_configs: [{{targets: ['{listen}']}}]}}]\n"
+    )
+    process = subprocess.Popen(
+        [binary, f"--config.file={state / 'prometheus.yml'}",
+         f"--storage.tsdb.path={state / 'prometheus'}", f"--web.listen-address={prometheus_listen}",
+         "--rules.alert.resend-delay=2s", "--log.level=error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    print(f"prometheus with the searchmon rules: http://{prometheus_listen}/alerts", file=out)
+    return process
 
 
 def _stream(broker: Broker, world: World, traffic: Traffic, accelerate: float,
