@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -228,10 +229,12 @@ def _replay(args: argparse.Namespace) -> int:
         registry = CollectorRegistry()
         registry.register(PipelineCollector(lambda: pipeline))
         try:
-            server = MetricsServer(config.http.address, registry).start()
-        except OSError as error:
-            raise UsageError(f"cannot listen on {config.http.listen}: {error.strerror}") from None
-        print(f"serving http://{config.http.listen}/metrics (Ctrl-C to stop)", file=sys.stderr)
+            server = MetricsServer.from_config(config.http, registry).start()
+        except (OSError, ssl.SSLError) as error:
+            raise UsageError(f"cannot listen on {config.http.listen}: {error}") from None
+        scheme = "https" if config.http.tls_certfile else "http"
+        print(f"serving {scheme}://{config.http.listen}/metrics (Ctrl-C to stop)",
+              file=sys.stderr)
         try:
             _wait_for_signal()
         finally:

@@ -86,6 +86,19 @@ class KafkaConfig(Section):
 
 class HttpConfig(Section):
     listen: str = "127.0.0.1:9108"
+    tls_certfile: Path | None = None
+    """Serve HTTPS with this certificate (PEM) and ``tls_keyfile``."""
+    tls_keyfile: Path | None = None
+    tls_client_cafile: Path | None = None
+    """Require client certificates signed by this CA (mutual TLS)."""
+
+    @model_validator(mode="after")
+    def _tls_pairs(self) -> HttpConfig:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together")
+        if self.tls_client_cafile is not None and self.tls_certfile is None:
+            raise ValueError("tls_client_cafile (mutual TLS) needs tls_certfile and tls_keyfile")
+        return self
 
     @field_validator("listen")
     @classmethod

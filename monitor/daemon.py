@@ -103,7 +103,7 @@ class Daemon:
         tune_for_throughput()
         registry = CollectorRegistry()
         registry.register(PipelineCollector(lambda: self.exported, self._daemon_metrics))
-        server = MetricsServer(self.config.http.address, registry, self._not_ready).start()
+        server = MetricsServer.from_config(self.config.http, registry, self._not_ready).start()
         log.info("serving http://%s/metrics", self.config.http.listen)
         consumer: KafkaConsumer | None = None
         producer: KafkaProducer | None = None

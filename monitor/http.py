@@ -6,12 +6,20 @@ the broker and caught up with its checkpoint) and 503 with the reason otherwise.
 
 from __future__ import annotations
 
+import logging
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
+
+from monitor.config import HttpConfig
+
+log = logging.getLogger(__name__)
 
 Readiness = Callable[[], str | None]
 """None when ready, else the reason why not."""
@@ -22,14 +30,24 @@ class MetricsServer:
 
     def __init__(
         self, address: tuple[str, int], registry: CollectorRegistry,
-        ready: Readiness = lambda: None,
+        ready: Readiness = lambda: None, tls: ssl.SSLContext | None = None,
     ) -> None:
         handler = _handler(registry, ready)
-        self._server = ThreadingHTTPServer(address, handler)
-        self._server.daemon_threads = True
+        self._server = _Server(address, handler)
+        self._server.tls = tls
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
         )
+
+    @classmethod
+    def from_config(
+        cls, http: HttpConfig, registry: CollectorRegistry, ready: Readiness = lambda: None
+    ) -> MetricsServer:
+        """The server of ``[http]``: HTTPS (and mutual TLS) when its TLS files are set."""
+        tls = None
+        if http.tls_certfile is not None and http.tls_keyfile is not None:
+            tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
+        return cls(http.address, registry, ready, tls)
 
     @property
     def port(self) -> int:
@@ -42,6 +60,36 @@ class MetricsServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    """Threaded; with TLS, each connection's handshake runs in its own thread (with a
+    timeout), so a client that connects and stalls cannot hold up the others."""
+
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is not None:
+            request.settimeout(10)
+            request = self.tls.wrap_socket(request, server_side=True)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
+
+def tls_context(
+    certfile: Path, keyfile: Path, client_cafile: Path | None = None
+) -> ssl.SSLContext:
+    """A server context (TLS 1.2+); with ``client_cafile``, client certificates are required."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    if client_cafile is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(client_cafile)
+    return context
 
 
 def _handler(registry: CollectorRegistry, ready: Readiness) -> type[BaseHTTPRequestHandler]:
