@@ -79,10 +79,9 @@ class Daemon:
         self.pipelines: dict[tuple[str, int], Pipeline] = (
             dict(restored.pipelines) if restored else {}
         )
-        self.judged = (
-            next(iter(self.pipelines.values())).judged if self.pipelines
-            else Pipeline(config).judged
-        )
+        template = next(iter(self.pipelines.values()), None) or Pipeline(config)
+        self.judged = template.judged  # shared by every partition's pipeline
+        self.classes = template.classes  # likewise: class indexes agree across partitions
         self.offsets: dict[tuple[str, int], int] = dict(restored.offsets) if restored else {}
         self.checkpoint_time = restored.written_at if restored else None
         # what /metrics shows: the merged copy of the newest durable state
@@ -130,6 +129,14 @@ class Daemon:
                     batch = {}
                 self.connected = _connection_count(consumer) > 0
                 self._process(batch, producer, consumer)
+                if self.pipelines:
+                    # Partitions are read unevenly: the newest event time of any of them moves
+                    # the shared offline clock, and, once no judgment waits in its topic,
+                    # completes the judged samples that have been quiet long enough.
+                    newest = max(p.sessions.newest for p in self.pipelines.values())
+                    self.judged.advance(newest)
+                    if self._judgments_caught_up(consumer):
+                        self.judged.settle(newest)
                 self._measure_lag(consumer)
                 if time.monotonic() - last_checkpoint >= self.config.state.checkpoint_interval:
                     self._checkpoint(consumer, producer)
@@ -209,7 +216,7 @@ class Daemon:
         pipeline = self.pipelines.get(key)
         if pipeline is None:
             pipeline = self.pipelines[key] = Pipeline(self.config)
-            pipeline.judged = self.judged
+            pipeline.share(self.classes, self.judged)
         return pipeline
 
     def _exported(self, data: bytes) -> Pipeline:
@@ -227,6 +234,15 @@ class Daemon:
         ]
         producer.send(topic, value=record.value, key=record.key, headers=headers)
         self.dead_lettered += 1
+
+    def _judgments_caught_up(self, consumer: KafkaConsumer) -> bool:
+        topic = self.config.kafka.judgments_topic
+        owned = [tp for tp in consumer.assignment() if tp.topic == topic]
+        return bool(owned) and all(
+            consumer.highwater(tp) is not None
+            and self.offsets.get((topic, tp.partition), 0) >= (consumer.highwater(tp) or 0)
+            for tp in owned
+        )
 
     def _measure_lag(self, consumer: KafkaConsumer) -> None:
         # The fetch highwater mark: a ListOffsets(latest) request is not needed, and some

@@ -101,8 +101,13 @@ class Judged:
     """The explicit state of the offline side."""
 
     config: OfflineConfig
+    active: bool = False
+    """Set by the first judgment or qrels message: from then on live queries are joined
+    and move the offline clock (shared by the pipelines of every partition)."""
     specs: list[MeasureSpec] = field(default_factory=list)
     clock: float = float("-inf")
+    judgment_clock: float = float("-inf")
+    """Newest judgment timestamp seen."""
     pending: list[Pending] = field(default_factory=list)
     time_windows: dict[tuple[str, float], Window] = field(default_factory=dict)
     histograms: dict[tuple[str, int, int], list[int]] = field(default_factory=dict)
@@ -135,6 +140,8 @@ class Judged:
         self, sample_id: str, time: float, klass: int, text: str, ranking: Sequence[str],
         labels: dict[str, int],
     ) -> None:
+        self.judgment_clock = max(self.judgment_clock, time)
+        self.settle(self.judgment_clock)
         sample = self.open_samples.get(sample_id)
         if sample is None:
             sample = self.open_samples[sample_id] = Sample(sample_id, time, time)
@@ -164,10 +171,20 @@ class Judged:
             self._queue(Pending("live", time, klass, key, None, results, labels))
 
     def advance(self, time: float) -> None:
-        """Move the offline clock; samples quiet for long enough complete."""
-        if time <= self.clock:
+        """Move the offline clock, which bounds the time windows."""
+        if time > self.clock:
+            self.clock = time
+
+    def settle(self, time: float) -> None:
+        """Complete the samples without a message for ``sample_quiet`` before ``time``.
+
+        Judgment messages settle the samples before them by their own timestamps. Live
+        event time may settle them too, but only when no judgment is waiting to be read
+        (the daemon checks the judgments topic's lag): a judgment read late, behind live
+        traffic, must join its sample rather than start a sample of its own.
+        """
+        if not self.open_samples:
             return
-        self.clock = time
         quiet = self.config.sample_quiet
         done = [s for s in self.open_samples.values() if s.last + quiet < time]
         if done:

@@ -76,7 +76,6 @@ class Pipeline:
         self._class_index = self.classes.index
         self._decode = decode_native
         self.judged = Judged(config.offline)
-        self._offline_active = False
 
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
@@ -120,8 +119,8 @@ class Pipeline:
             klass = self._class_index.get(declared) if declared is not None else None
             if klass is None:
                 klass = self.classes.classify(declared, event["query_text"])
-                if klass == len(self.counters.queries):
-                    self.counters.add_class()
+            if klass >= len(self.counters.queries):
+                self._grow()
             results = len(event["result_ids"])
             count, latency = event.get("result_count"), event.get("latency_ms")
             sessions.on_query(
@@ -129,7 +128,7 @@ class Pipeline:
                 count == 0 if count is not None else results == 0,
                 latency / 1000.0 if latency is not None else None,
             )
-            if self._offline_active:
+            if self.judged.active:
                 judged = self.judged
                 judged.live_query(time, klass, event["query_text"], event["result_ids"])
                 judged.advance(time)
@@ -165,7 +164,7 @@ class Pipeline:
             self.health.rejected[time.reason] += 1
             return time
         self.health.judged_messages += 1
-        self._offline_active = True
+        self.judged.active = True
         judged = self.judged
         if event["type"] == "qrels":
             judged.store_qrels(event["query_text"], dict(event["labels"]))
@@ -176,14 +175,27 @@ class Pipeline:
                 self.health.rejected[Reason.SCHEMA] += 1
                 return Rejection(Reason.SCHEMA, "ranking names a document twice")
             klass = self.classes.classify(event.get("query_class"), event["query_text"])
-            if klass == len(self.counters.queries):
-                self.counters.add_class()
+            if klass >= len(self.counters.queries):
+                self._grow()
             judged.judgment(
                 event["sample_id"], time, klass, event["query_text"], ranking,
                 dict(event["labels"]),
             )
         judged.advance(time)
         return None
+
+    def share(self, classes: QueryClasses, judged: Judged) -> None:
+        """Use query classes and offline state common to several pipelines (the daemon's
+        partitions), so that class indexes mean the same in all of them."""
+        self.classes = classes
+        self._class_index = classes.index
+        self.judged = judged
+        self._grow()
+
+    def _grow(self) -> None:
+        """Counters for every class known (other pipelines may have added some)."""
+        while len(self.counters.queries) < len(self.classes.names):
+            self.counters.add_class()
 
     def _reject_timestamp(self, stamp: str) -> Rejection:
         rejection = epoch_seconds(stamp)

@@ -1,4 +1,5 @@
-"""The deploy/ artefacts: rule unit tests, config checks, dashboard, and a real Prometheus.
+"""The deploy/ artefacts: rule unit tests, config checks, dashboard, and a real Prometheus
+scraping a real daemon fed through a real Kafka-protocol broker.
 
 promtool, amtool and prometheus come from Debian's packages, installed by the test command.
 """
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
+from monitor.broker import FAST_GROUP, Broker, free_port
 from monitor.generate import Regression, Traffic, World, events
-from tests.test_exposition import free_port, get
+from tests.test_exposition import get
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "deploy"
@@ -131,8 +133,10 @@ HOUR = 3600.0
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Prometheus (1 s scrapes and rule evaluation) scraping a replay with a regression."""
+    """Kafka, `searchmon run`, and Prometheus (1 s scrapes and rule evaluation) scraping it,
+    after generated traffic with a ranking bug in `navigational` went through."""
     tmp = tmp_path_factory.mktemp("stack")
+    broker = Broker().start()
     world = World.build(3)
     start = Traffic().start
     traffic = Traffic(
@@ -140,12 +144,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         judged_queries=300, qrels=True,
         regression=Regression("navigational", start + 2.5 * HOUR),
     )
-    replayed = tmp / "events.jsonl"
-    with replayed.open("wb") as out:
-        for _, _, line in events(world, traffic):
-            out.write(line + b"\n")
+    broker.create_topics({"search-events": 4, "search-judgments": 1, "search-dead-letters": 1})
+    lines = [(key.encode(), line) for _, key, line in events(world, traffic)]
+    judged = [m for m in lines if b'"type":"judgment"' in m[1] or b'"type":"qrels"' in m[1]]
+    produced = broker.produce("search-events", [m for m in lines if m not in judged])
+    produced += broker.produce("search-judgments", judged)
     searchmon_port, prometheus_port = free_port(), free_port()
-    (tmp / "searchmon.toml").write_text(f'[http]\nlisten = "127.0.0.1:{searchmon_port}"\n')
+    (tmp / "searchmon.toml").write_text(
+        f'[kafka]\nbootstrap_servers = ["{broker.address}"]\n'
+        'dead_letter_topic = "search-dead-letters"\n'
+        + "".join(f"{k} = {v}\n" for k, v in FAST_GROUP.items())
+        + f'[http]\nlisten = "127.0.0.1:{searchmon_port}"\n'
+        f'[state]\ndir = "{tmp / "state"}"\ncheckpoint_interval = "500ms"\n'
+    )
     shutil.copy(RULES, tmp / "searchmon.rules.yml")
     (tmp / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -154,8 +165,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             {"targets": [f"127.0.0.1:{searchmon_port}"]}]}],
     }))
     searchmon = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "replay", str(replayed), "--config",
-         str(tmp / "searchmon.toml"), "--serve"],
+        [sys.executable, "-m", "monitor", "run", "--config", str(tmp / "searchmon.toml")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     prometheus = subprocess.Popen(
@@ -167,8 +177,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
     try:
-        _wait_for(lambda: _query(api, 'count(up{job="searchmon"} == 1)') == [1.0], 90)
-        # a few scrapes, so that rates have two samples and rules have run
+        _wait_for(lambda: _query(api, "sum(searchmon_events_read_total)") == [produced], 180)
+        # a few more scrapes, so that rates have two samples and rules have run
         _wait_for(lambda: _query(api, "count_over_time(up[1m])") >= [4.0], 60)
         yield api
     finally:
@@ -179,6 +189,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        broker.stop()
 
 
 def _query(api: str, expr: str) -> list[float]:

@@ -51,9 +51,9 @@ def test_time_windows_keep_what_is_inside_and_evict_the_rest() -> None:
 def test_sample_windows_and_completion_by_quiet_period_and_size() -> None:
     judged = offline(windows=["1h"], last_samples=[1, 2], sample_quiet="10m", sample_size=0)
     judged.judgment("s1", 0.0, 1, "a", ["d1", "d2"], {"d1": 1})
-    judged.advance(500.0)
+    judged.settle(500.0)
     assert "s1" in judged.open_samples
-    judged.advance(601.0)
+    judged.settle(601.0)
     assert "s1" not in judged.open_samples and judged.completed[-1].sample_id == "s1"
     judged.judgment("s2", 700.0, 1, "a", ["d1", "d2"], {"d1": 1, "d2": 1})
     judged.close()

@@ -77,6 +77,13 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
         ("Open sessions", "short", [("{{instance}}", "searchmon_open_sessions")]),
         ("Event time behind wall clock", "s",
          [("{{instance}}", "time() - searchmon_last_event_timestamp_seconds")]),
+        ("Consumer lag", "short",
+         [("{{topic}}/{{partition}}", "sum by (topic, partition) (searchmon_consumer_lag)")]),
+        ("Broker connected", "short", [("{{instance}}", "searchmon_broker_connected")]),
+        ("Checkpoint age", "s",
+         [("{{instance}}", "time() - searchmon_checkpoint_timestamp_seconds")]),
+        ("Dead-lettered messages per second", "reqps",
+         [("{{instance}}", "rate(searchmon_dead_lettered_total[5m])")]),
     ]),
 ]
 
