@@ -147,8 +147,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     broker.create_topics({"search-events": 4, "search-judgments": 1, "search-dead-letters": 1})
     lines = [(key.encode(), line) for _, key, line in events(world, traffic)]
     judged = [m for m in lines if b'"type":"judgment"' in m[1] or b'"type":"qrels"' in m[1]]
-    produced = broker.produce("search-events", [m for m in lines if m not in judged])
-    produced += broker.produce("search-judgments", judged)
+    # qrels and samples first, as a team would have them before watching live traffic
+    produced = broker.produce("search-judgments", judged)
     searchmon_port, prometheus_port = free_port(), free_port()
     (tmp / "searchmon.toml").write_text(
         f'[kafka]\nbootstrap_servers = ["{broker.address}"]\n'
@@ -177,6 +177,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
     try:
+        _wait_for(lambda: _query(api, "sum(searchmon_judged_messages_total)") == [produced], 180)
+        produced += broker.produce("search-events", [m for m in lines if m not in judged])
         _wait_for(lambda: _query(api, "sum(searchmon_events_read_total)") == [produced], 180)
         # a few more scrapes, so that rates have two samples and rules have run
         _wait_for(lambda: _query(api, "count_over_time(up[1m])") >= [4.0], 60)
