@@ -256,13 +256,12 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:
-        daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
-    except StartError as error:
-        raise UsageError(str(error)) from None
+    daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
     daemon.install_signal_handlers()
     try:
         return daemon.run()
+    except StartError as error:
+        raise UsageError(str(error)) from None
     except OSError as error:
         print(f"searchmon: {error}", file=sys.stderr)
         return EXIT_FAILURE

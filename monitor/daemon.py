@@ -12,11 +12,15 @@ lose, so a counter Prometheus has scraped never goes backwards or counts an even
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import pickle
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -27,7 +31,6 @@ from prometheus_client.registry import CollectorRegistry
 
 from monitor import checkpoint
 from monitor.config import Config
-from monitor.events import Rejection
 from monitor.http import MetricsServer
 from monitor.merge import merged
 from monitor.metrics import PipelineCollector
@@ -44,7 +47,20 @@ class StartError(Exception):
     """The daemon refuses to start (the message says why and what to do)."""
 
 
-class Daemon:
+Record = tuple[str, int, int, bytes | None, bytes | None]
+"""What the consumer hands the state process: topic, partition, offset, key, value."""
+
+Letter = tuple[str, int, int, bytes | None, bytes | None, str, str]
+"""A rejected record going to the dead-letter topic: the record, its reason and detail."""
+
+
+class State:
+    """The pipelines of every partition with the offsets they reflect: the durable state.
+
+    Lives in its own process (``_state_process``) while the consumer polls in the main one,
+    so that decoding in kafka-python and the pipeline run on two cores.
+    """
+
     def __init__(self, config: Config, discard_checkpoint: bool = False) -> None:
         self.config = config
         state_dir = config.state.dir
@@ -84,22 +100,146 @@ class Daemon:
         self.classes = template.classes  # likewise: class indexes agree across partitions
         self.offsets: dict[tuple[str, int], int] = dict(restored.offsets) if restored else {}
         self.checkpoint_time = restored.written_at if restored else None
-        # what /metrics shows: the merged copy of the newest durable state
-        self.exported = self._exported(checkpoint.encode(
-            checkpoint.Checkpoint(self.pipelines, dict(self.offsets))
-        ))
-        self.connected = False
-        self.lag: dict[tuple[str, int], int] = {}
-        self.dead_lettered = 0
-        self.stop = threading.Event()
         self.rejections = RejectionLog(config.input.rejection_log_limit)
         if restored is not None:
             log.info("restored checkpoint with offsets %s", self.offsets)
 
+    def process(
+        self, records: list[Record], highwaters: dict[tuple[str, int], int],
+        judgments_caught_up: bool,
+    ) -> list[Letter]:
+        letters: list[Letter] = []
+        truncated = {
+            key for key, highwater in highwaters.items() if highwater < self.offsets.get(key, 0)
+        }
+        for key in truncated:
+            # The log is shorter than what the state reflects: the topic was deleted and
+            # created again (or truncated). Its new messages are new events.
+            log.warning(
+                "%s/%d: log end %d is below the checkpointed offset %d; the topic was "
+                "recreated or truncated, reading it from its start",
+                key[0], key[1], highwaters[key], self.offsets[key],
+            )
+            self.offsets[key] = 0
+        offsets = self.offsets
+        for topic, number, offset, record_key, value in records:
+            key = (topic, number)
+            if offset < offsets.get(key, 0):
+                continue  # already reflected in the restored state
+            rejection = self._pipeline(key).feed(value if value is not None else b"")
+            if rejection is not None:
+                self.rejections.record(rejection, f"{topic}/{number}@{offset}")
+                letters.append((topic, number, offset, record_key, value,
+                                rejection.reason.value, rejection.detail))
+            offsets[key] = offset + 1
+        if self.pipelines:
+            # Partitions are read unevenly: the newest event time of any of them moves the
+            # shared offline clock, and, once no judgment waits in its topic, completes the
+            # judged samples that have been quiet long enough.
+            newest = max(p.sessions.newest for p in self.pipelines.values())
+            self.judged.advance(newest)
+            if judgments_caught_up:
+                self.judged.settle(newest)
+        return letters
+
+    def checkpoint(self) -> bytes:
+        """Write the state durably; returns the exported view of it (pickled)."""
+        written_at = time.time()
+        data = checkpoint.encode(
+            checkpoint.Checkpoint(self.pipelines, dict(self.offsets), written_at)
+        )
+        checkpoint.write(self.config.state.dir, data)
+        self.checkpoint_time = written_at
+        return self.view()
+
+    def view(self) -> bytes:
+        """The sums of the partitions' pipelines, as /metrics shows them (pickled)."""
+        return pickle.dumps(
+            merged(self.config, [self.pipelines[k] for k in sorted(self.pipelines)],
+                   copy_offline=False, count_open_only=True),
+            protocol=5,
+        )
+
+    def _pipeline(self, key: tuple[str, int]) -> Pipeline:
+        pipeline = self.pipelines.get(key)
+        if pipeline is None:
+            pipeline = self.pipelines[key] = Pipeline(self.config)
+            pipeline.share(self.classes, self.judged)
+        return pipeline
+
+
+def _state_process(connection: Connection, config_json: str, discard: bool) -> None:
+    """The state side: receives batches and checkpoint requests, answers each in order."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    tune_for_throughput()
+    try:
+        state = State(Config.model_validate_json(config_json), discard)
+    except StartError as error:
+        connection.send(("error", str(error)))
+        return
+    connection.send(("ready", dict(state.offsets), state.view(), state.checkpoint_time))
+    while True:
+        try:
+            command, *arguments = connection.recv()
+        except EOFError:
+            return  # the consumer process is gone
+        if command == "batch":
+            letters = state.process(*arguments)
+            connection.send(("processed", letters, dict(state.offsets)))
+        elif command == "checkpoint":
+            view = state.checkpoint()
+            connection.send(("checkpointed", dict(state.offsets), view, state.checkpoint_time))
+        else:
+            return
+
+
+class Daemon:
+    """The consumer side: Kafka, dead letters, commits, /metrics; the state is elsewhere."""
+
+    def __init__(self, config: Config, discard_checkpoint: bool = False) -> None:
+        self.config = config
+        self.discard_checkpoint = discard_checkpoint
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.checkpoint_time: float | None = None
+        self.exported = Pipeline(config)  # until the state process has answered
+        self.connected = False
+        self.lag: dict[tuple[str, int], int] = {}
+        self.dead_lettered = 0
+        self.stop = threading.Event()
+        self._state: Connection | None = None
+        self._in_flight = False
+        self._letters: list[Letter] = []
+
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        tune_for_throughput()
+        """Run until ``stop``; raises StartError when the state cannot be restored."""
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=_state_process, name="searchmon-state",
+            args=(theirs, self.config.model_dump_json(), self.discard_checkpoint),
+        )
+        process.start()
+        theirs.close()
+        answer = ours.recv()
+        if answer[0] == "error":
+            process.join(timeout=30)
+            raise StartError(answer[1])
+        _, self.offsets, view, self.checkpoint_time = answer
+        self.exported = pickle.loads(view)
+        self._state = ours
+        try:
+            return self._consume()
+        finally:
+            with contextlib.suppress(OSError):
+                ours.send(("stop",))
+            ours.close()
+            process.join(timeout=30)
+
+    def _consume(self) -> int:
         registry = CollectorRegistry()
         registry.register(PipelineCollector(lambda: self.exported, self._daemon_metrics))
         server = MetricsServer.from_config(self.config.http, registry, self._not_ready).start()
@@ -128,15 +268,9 @@ class Daemon:
                     log.warning("poll failed: %s", error)
                     batch = {}
                 self.connected = _connection_count(consumer) > 0
-                self._process(batch, producer, consumer)
-                if self.pipelines:
-                    # Partitions are read unevenly: the newest event time of any of them moves
-                    # the shared offline clock, and, once no judgment waits in its topic,
-                    # completes the judged samples that have been quiet long enough.
-                    newest = max(p.sessions.newest for p in self.pipelines.values())
-                    self.judged.advance(newest)
-                    if self._judgments_caught_up(consumer):
-                        self.judged.settle(newest)
+                # the state process works on the previous batch while this one was fetched
+                self._settle(producer)
+                self._send(batch, consumer)
                 self._measure_lag(consumer)
                 if time.monotonic() - last_checkpoint >= self.config.state.checkpoint_interval:
                     self._checkpoint(consumer, producer)
@@ -181,58 +315,46 @@ class Daemon:
         log.info("connected to %s, group %s", ",".join(kafka.bootstrap_servers), kafka.group_id)
         return consumer, producer
 
-    def _process(
-        self, batch: dict[TopicPartition, list[Any]], producer: KafkaProducer | None,
-        consumer: KafkaConsumer,
-    ) -> None:
-        for partition, records in batch.items():
-            key = (partition.topic, partition.partition)
-            feed = self._pipeline(key).feed
-            next_offset = self.offsets.get(key, 0)
-            highwater = consumer.highwater(partition)
-            if highwater is not None and highwater < next_offset:
-                # The log is shorter than what the state reflects: the topic was deleted and
-                # created again (or truncated). Its new messages are new events.
-                log.warning(
-                    "%s/%d: log end %d is below the checkpointed offset %d; the topic was "
-                    "recreated or truncated, reading it from its start",
-                    partition.topic, partition.partition, highwater, next_offset,
-                )
-                next_offset = 0
-            for record in records:
-                if record.offset < next_offset:
-                    continue  # already reflected in the restored state
-                value = record.value if record.value is not None else b""
-                rejection = feed(value)
-                if rejection is not None:
-                    where = f"{partition.topic}/{partition.partition}@{record.offset}"
-                    self.rejections.record(rejection, where)
-                    if producer is not None:
-                        self._dead_letter(producer, record, rejection)
-                next_offset = record.offset + 1
-            self.offsets[key] = next_offset
-
-    def _pipeline(self, key: tuple[str, int]) -> Pipeline:
-        pipeline = self.pipelines.get(key)
-        if pipeline is None:
-            pipeline = self.pipelines[key] = Pipeline(self.config)
-            pipeline.share(self.classes, self.judged)
-        return pipeline
-
-    def _exported(self, data: bytes) -> Pipeline:
-        copy = checkpoint.decode(data, "in-memory")
-        return merged(self.config, [copy.pipelines[k] for k in sorted(copy.pipelines)])
-
-    def _dead_letter(self, producer: KafkaProducer, record: Any, rejection: Rejection) -> None:
-        topic = self.config.kafka.dead_letter_topic
-        headers = [
-            ("searchmon.reason", rejection.reason.value.encode()),
-            ("searchmon.detail", rejection.detail[:500].encode()),
-            ("searchmon.source.topic", record.topic.encode()),
-            ("searchmon.source.partition", str(record.partition).encode()),
-            ("searchmon.source.offset", str(record.offset).encode()),
+    def _send(self, batch: dict[TopicPartition, list[Any]], consumer: KafkaConsumer) -> None:
+        if not batch:
+            return
+        assert self._state is not None and not self._in_flight
+        records: list[Record] = [
+            (r.topic, r.partition, r.offset, r.key, r.value)
+            for records in batch.values() for r in records
         ]
-        producer.send(topic, value=record.value, key=record.key, headers=headers)
+        highwaters = {}
+        for partition in batch:
+            highwater = consumer.highwater(partition)
+            if highwater is not None:
+                highwaters[(partition.topic, partition.partition)] = highwater
+        self._state.send(("batch", records, highwaters, self._judgments_caught_up(consumer)))
+        self._in_flight = True
+
+    def _settle(self, producer: KafkaProducer | None) -> None:
+        """Wait for the batch in flight; dead-letter what it rejected."""
+        if not self._in_flight:
+            return
+        assert self._state is not None
+        answer = self._state.recv()
+        if answer[0] != "processed":
+            raise RuntimeError(f"the state process answered {answer[0]!r}")
+        _, letters, self.offsets = answer
+        self._in_flight = False
+        if producer is not None:
+            for letter in letters:
+                self._dead_letter(producer, letter)
+
+    def _dead_letter(self, producer: KafkaProducer, letter: Letter) -> None:
+        topic, number, offset, key, value, reason, detail = letter
+        headers = [
+            ("searchmon.reason", reason.encode()),
+            ("searchmon.detail", detail[:500].encode()),
+            ("searchmon.source.topic", topic.encode()),
+            ("searchmon.source.partition", str(number).encode()),
+            ("searchmon.source.offset", str(offset).encode()),
+        ]
+        producer.send(self.config.kafka.dead_letter_topic, value=value, key=key, headers=headers)
         self.dead_lettered += 1
 
     def _judgments_caught_up(self, consumer: KafkaConsumer) -> bool:
@@ -254,18 +376,16 @@ class Daemon:
                 self.lag[key] = max(0, highwater - self.offsets.get(key, 0))
 
     def _checkpoint(self, consumer: KafkaConsumer, producer: KafkaProducer | None) -> None:
+        assert self._state is not None
+        self._settle(producer)
         if producer is not None:
             producer.flush(timeout=30)  # dead letters are durable before their offsets move
-        written_at = time.time()
-        data = checkpoint.encode(
-            checkpoint.Checkpoint(self.pipelines, dict(self.offsets), written_at)
-        )
-        checkpoint.write(self.config.state.dir, data)
-        self.checkpoint_time = written_at
-        # the live pipelines are exactly the durable state at this moment: export their sums
-        self.exported = merged(
-            self.config, [self.pipelines[k] for k in sorted(self.pipelines)], copy_offline=True
-        )
+        self._state.send(("checkpoint",))
+        answer = self._state.recv()
+        if answer[0] != "checkpointed":
+            raise RuntimeError(f"the state process answered {answer[0]!r}")
+        _, self.offsets, view, self.checkpoint_time = answer
+        self.exported = pickle.loads(view)
         offsets = {
             TopicPartition(topic, number): OffsetAndMetadata(offset, "", -1)
             for (topic, number), offset in self.offsets.items()

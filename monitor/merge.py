@@ -15,9 +15,10 @@ from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
 
 
-def merged(config: Config, pipelines: Sequence[Pipeline], copy_offline: bool = False) -> (
-    Pipeline
-):
+def merged(
+    config: Config, pipelines: Sequence[Pipeline], copy_offline: bool = False,
+    count_open_only: bool = False,
+) -> Pipeline:
     """A pipeline whose counters are the sums of ``pipelines``' (for export only).
 
     The counters are copied; so is the (shared) offline state with ``copy_offline``, so that
@@ -41,7 +42,10 @@ def merged(config: Config, pipelines: Sequence[Pipeline], copy_offline: bool = F
             health.rejected[reason] += count
         view.sessions.unmatched_clicks += pipeline.sessions.unmatched_clicks
         view.sessions.newest = max(view.sessions.newest, pipeline.sessions.newest)
-        view.sessions.open.update(pipeline.sessions.open)  # read only: counted, not used
+        if count_open_only:
+            view.sessions.reported_open += len(pipeline.sessions.open)
+        else:
+            view.sessions.open.update(pipeline.sessions.open)  # read only: counted
         view.judged = pipeline.judged  # shared by every partition's pipeline
     if copy_offline and pipelines:
         view.judged = pickle.loads(pickle.dumps(view.judged, protocol=5))

@@ -268,7 +268,7 @@ def _health(pipeline: Pipeline) -> Iterator[Metric]:
         counter.add_metric([], value)
         yield counter
     open_sessions = GaugeMetricFamily("searchmon_open_sessions", "Sessions currently open.")
-    open_sessions.add_metric([], len(pipeline.sessions.open))
+    open_sessions.add_metric([], pipeline.sessions.open_count)
     yield open_sessions
     classes = GaugeMetricFamily(
         "searchmon_query_classes", "Query classes in use, 'other' included."

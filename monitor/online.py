@@ -159,6 +159,12 @@ class Sessions:
     due: dict[int, list[str]] = field(default_factory=dict)
     next_due: float = float("-inf")
     unmatched_clicks: int = 0
+    reported_open: int = 0
+    """Open sessions of other pipelines summed into this one (an exported view)."""
+
+    @property
+    def open_count(self) -> int:
+        return len(self.open) + self.reported_open
 
     def __post_init__(self) -> None:
         self.bucket_seconds = max(1.0, self.config.timeout / 30)
