@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.context
 import pickle
 import signal
 import threading
@@ -216,7 +217,12 @@ class Daemon:
 
     def run(self) -> int:
         """Run until ``stop``; raises StartError when the state cannot be restored."""
-        context = multiprocessing.get_context("spawn")
+        # fork is instant, but only safe while this process runs a single thread (the
+        # command line); embedded in a threaded program (the demo), spawn a fresh interpreter
+        context: multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext = (
+            multiprocessing.get_context("fork") if threading.active_count() == 1
+            else multiprocessing.get_context("spawn")
+        )
         ours, theirs = context.Pipe()
         process = context.Process(
             target=_state_process, name="searchmon-state",
