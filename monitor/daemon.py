@@ -171,6 +171,10 @@ class State:
 
 def _state_process(connection: Connection, config_json: str, discard: bool) -> None:
     """The state side: receives batches and checkpoint requests, answers each in order."""
+    # Ctrl-C and SIGTERM reach the whole process group: the consumer process decides when the
+    # state stops (after its final checkpoint), so the signals are not for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
