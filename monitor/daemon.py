@@ -389,7 +389,11 @@ class Daemon:
         assert self._state is not None
         self._settle(producer)
         if producer is not None:
-            producer.flush(timeout=30)  # dead letters are durable before their offsets move
+            try:
+                producer.flush(timeout=10)  # dead letters are durable before their offsets move
+            except KafkaError as error:
+                log.warning("dead letters not yet delivered (%s): checkpoint postponed", error)
+                return
         self._state.send(("checkpoint",))
         answer = self._state.recv()
         if answer[0] != "checkpointed":
@@ -402,8 +406,8 @@ class Daemon:
             if TopicPartition(topic, number) in consumer.assignment()
         }
         if offsets:
-            try:
-                consumer.commit(offsets)
+            try:  # bounded: while the brokers are away the loop must keep going
+                consumer.commit(offsets, timeout_ms=5000)
             except KafkaError as error:  # the checkpoint is durable; the next commit catches up
                 log.warning("offset commit failed: %s", error)
 
