@@ -8,7 +8,6 @@ distinct classes seen join the set (in order of arrival) and later ones go to ``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from monitor.config import QueryClassesConfig
@@ -70,13 +69,6 @@ class QueryClasses:
                     rule.max_terms,
                 )
             )
-        return classes
-
-    @classmethod
-    def restore(cls, limit: int, fixed: bool, names: Sequence[str]) -> QueryClasses:
-        classes = cls(limit=limit, fixed=fixed)
-        for name in names[1:]:
-            classes._add(name)
         return classes
 
     def classify(self, query_class: str | None, text: str) -> int:

@@ -27,14 +27,14 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from monitor import checkpoint
 from monitor.config import Config
 from monitor.http import MetricsServer
 from monitor.merge import merged
-from monitor.metrics import PipelineCollector
+from monitor.metrics import PipelineCollector, consumer_metrics
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import tune_for_throughput
 
@@ -156,8 +156,7 @@ class State:
     def view(self) -> bytes:
         """The sums of the partitions' pipelines, as /metrics shows them (pickled)."""
         return pickle.dumps(
-            merged(self.config, [self.pipelines[k] for k in sorted(self.pipelines)],
-                   copy_offline=False, count_open_only=True),
+            merged(self.config, [self.pipelines[k] for k in sorted(self.pipelines)]),
             protocol=5,
         )
 
@@ -370,10 +369,10 @@ class Daemon:
     def _judgments_caught_up(self, consumer: KafkaConsumer) -> bool:
         topic = self.config.kafka.judgments_topic
         owned = [tp for tp in consumer.assignment() if tp.topic == topic]
-        return bool(owned) and all(
-            consumer.highwater(tp) is not None
-            and self.offsets.get((topic, tp.partition), 0) >= (consumer.highwater(tp) or 0)
-            for tp in owned
+        marks = [(tp, consumer.highwater(tp)) for tp in owned]
+        return bool(marks) and all(
+            mark is not None and self.offsets.get((topic, tp.partition), 0) >= mark
+            for tp, mark in marks
         )
 
     def _measure_lag(self, consumer: KafkaConsumer) -> None:
@@ -419,30 +418,9 @@ class Daemon:
         return None
 
     def _daemon_metrics(self) -> Iterator[Metric]:
-        lag = GaugeMetricFamily(
-            "searchmon_consumer_lag", "Messages behind the partition's fetch highwater mark.",
-            labels=["topic", "partition"],
+        return consumer_metrics(
+            self.lag, self.connected, self.checkpoint_time, self.dead_lettered
         )
-        for (topic, number), value in sorted(self.lag.items()):
-            lag.add_metric([topic, str(number)], value)
-        yield lag
-        connected = GaugeMetricFamily(
-            "searchmon_broker_connected", "1 while the consumer is connected to Kafka."
-        )
-        connected.add_metric([], 1.0 if self.connected else 0.0)
-        yield connected
-        if self.checkpoint_time is not None:
-            written = GaugeMetricFamily(
-                "searchmon_checkpoint_timestamp_seconds",
-                "Wall-clock time of the newest durable checkpoint (what /metrics shows).",
-            )
-            written.add_metric([], self.checkpoint_time)
-            yield written
-        dead = CounterMetricFamily(
-            "searchmon_dead_lettered", "Rejected messages copied to the dead-letter topic."
-        )
-        dead.add_metric([], self.dead_lettered)
-        yield dead
 
 
 def _connection_count(consumer: KafkaConsumer) -> float:

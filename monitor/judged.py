@@ -130,10 +130,6 @@ class Judged:
             for length in self.config.windows:
                 self.time_windows[(source, length)] = Window()
 
-    @property
-    def sample_windows(self) -> list[int]:
-        return list(self.config.last_samples)
-
     # --- input -----------------------------------------------------------------------------
 
     def judgment(

@@ -7,7 +7,6 @@ the other's events late. Counters add up by class name; the offline state is sha
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 
 from monitor.config import Config
@@ -15,14 +14,11 @@ from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
 
 
-def merged(
-    config: Config, pipelines: Sequence[Pipeline], copy_offline: bool = False,
-    count_open_only: bool = False,
-) -> Pipeline:
+def merged(config: Config, pipelines: Sequence[Pipeline]) -> Pipeline:
     """A pipeline whose counters are the sums of ``pipelines``' (for export only).
 
-    The counters are copied; so is the (shared) offline state with ``copy_offline``, so that
-    the view does not change when the pipelines go on.
+    The counters are copied and open sessions only counted; the offline state is the shared
+    one itself (pickle the view to freeze it).
     """
     view = Pipeline(config)
     for pipeline in pipelines:
@@ -42,13 +38,8 @@ def merged(
             health.rejected[reason] += count
         view.sessions.unmatched_clicks += pipeline.sessions.unmatched_clicks
         view.sessions.newest = max(view.sessions.newest, pipeline.sessions.newest)
-        if count_open_only:
-            view.sessions.reported_open += len(pipeline.sessions.open)
-        else:
-            view.sessions.open.update(pipeline.sessions.open)  # read only: counted
+        view.sessions.reported_open += pipeline.sessions.open_count
         view.judged = pipeline.judged  # shared by every partition's pipeline
-    if copy_offline and pipelines:
-        view.judged = pickle.loads(pickle.dumps(view.judged, protocol=5))
     return view
 
 

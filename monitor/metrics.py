@@ -223,26 +223,23 @@ def _offline(pipeline: Pipeline) -> Iterator[Metric]:
             pvalue.add_metric([*labels, "t"], comparison.p_t)
     yield from (regression, delta, pvalue, shared)
     if judged.last_completed_time is not None:
-        newest = GaugeMetricFamily(
+        yield GaugeMetricFamily(
             "search_judged_last_sample_timestamp_seconds",
             "Event time of the newest message of the newest completed judged sample.",
+            value=judged.last_completed_time,
         )
-        newest.add_metric([], judged.last_completed_time)
-        yield newest
-    skipped = CounterMetricFamily(
+    yield CounterMetricFamily(
         "searchmon_judged_scores_skipped",
         "Judged-query scores left out because the measure skips queries without relevant "
-        "documents (no_rel=skip).",
+        "documents (no_rel=skip).", value=judged.skipped,
     )
-    skipped.add_metric([], judged.skipped)
-    yield skipped
 
 
 def _health(pipeline: Pipeline) -> Iterator[Metric]:
     health = pipeline.health
-    read = CounterMetricFamily("searchmon_events_read", "Messages read from every source.")
-    read.add_metric([], health.events_read)
-    yield read
+    yield CounterMetricFamily(
+        "searchmon_events_read", "Messages read from every source.", value=health.events_read
+    )
     rejected = CounterMetricFamily(
         "searchmon_events_rejected", "Messages rejected, by reason.", labels=["reason"]
     )
@@ -264,29 +261,52 @@ def _health(pipeline: Pipeline) -> Iterator[Metric]:
          health.judged_messages),
     ]
     for name, text, value in simple:
-        counter = CounterMetricFamily(name, text)
-        counter.add_metric([], value)
-        yield counter
-    open_sessions = GaugeMetricFamily("searchmon_open_sessions", "Sessions currently open.")
-    open_sessions.add_metric([], pipeline.sessions.open_count)
-    yield open_sessions
-    classes = GaugeMetricFamily(
-        "searchmon_query_classes", "Query classes in use, 'other' included."
+        yield CounterMetricFamily(name, text, value=value)
+    yield GaugeMetricFamily(
+        "searchmon_open_sessions", "Sessions currently open.", value=pipeline.sessions.open_count
     )
-    classes.add_metric([], len(pipeline.classes.names))
-    yield classes
+    yield GaugeMetricFamily(
+        "searchmon_query_classes", "Query classes in use, 'other' included.",
+        value=len(pipeline.classes.names),
+    )
     if pipeline.sessions.newest > float("-inf"):
-        last = GaugeMetricFamily(
-            "searchmon_last_event_timestamp_seconds", "Event time of the newest accepted event."
+        yield GaugeMetricFamily(
+            "searchmon_last_event_timestamp_seconds", "Event time of the newest accepted event.",
+            value=pipeline.sessions.newest,
         )
-        last.add_metric([], pipeline.sessions.newest)
-        yield last
-        watermark = GaugeMetricFamily(
+        yield GaugeMetricFamily(
             "searchmon_watermark_timestamp_seconds",
             "Event time up to which sessions are closed (newest event time - allowed lateness).",
+            value=pipeline.sessions.watermark,
         )
-        watermark.add_metric([], pipeline.sessions.watermark)
-        yield watermark
     info = InfoMetricFamily("searchmon_build", "Version of the running searchmon.")
     info.add_metric([], {"version": __version__})
     yield info
+
+
+def consumer_metrics(
+    lag: dict[tuple[str, int], int], connected: bool, checkpoint_time: float | None,
+    dead_lettered: int,
+) -> Iterator[Metric]:
+    """The families only `searchmon run` has: Kafka consumer and checkpoint health."""
+    families = GaugeMetricFamily(
+        "searchmon_consumer_lag", "Messages behind the partition's fetch highwater mark.",
+        labels=["topic", "partition"],
+    )
+    for (topic, number), value in sorted(lag.items()):
+        families.add_metric([topic, str(number)], value)
+    yield families
+    yield GaugeMetricFamily(
+        "searchmon_broker_connected", "1 while the consumer is connected to Kafka.",
+        value=1.0 if connected else 0.0,
+    )
+    if checkpoint_time is not None:
+        yield GaugeMetricFamily(
+            "searchmon_checkpoint_timestamp_seconds",
+            "Wall-clock time of the newest durable checkpoint (what /metrics shows).",
+            value=checkpoint_time,
+        )
+    yield CounterMetricFamily(
+        "searchmon_dead_lettered", "Rejected messages copied to the dead-letter topic.",
+        value=dead_lettered,
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -33,13 +32,6 @@ def open_events(path: Path) -> BinaryIO:
     if raw.peek(2)[:2] == GZIP_MAGIC:
         return cast(BinaryIO, gzip.open(raw, "rb"))
     return raw
-
-
-def lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Numbered lines without their line ending; every line is a message, blank ones too."""
-    with open_events(path) as stream:
-        for number, line in enumerate(stream, start=1):
-            yield number, line.rstrip(b"\r\n")
 
 
 def replay(pipeline: Pipeline, path: Path, log: RejectionLog) -> None:
