@@ -1,23 +1,49 @@
-"""Checkpoints: the pipeline's state with the offsets it reflects, written atomically.
+"""Checkpoints: each partition's state with the offset it reflects, kept where the next owner
+of the partition finds it.
 
-Layout of a checkpoint file: a magic line, the SHA-256 of the payload, the payload (a pickle
-of ``Checkpoint``). Write: temporary file, fsync, rename, fsync of the directory. A file that
-is truncated, altered or from another format is reported, never silently used or replaced.
-The state directory is trusted: a checkpoint is code-level data (pickle), like a database file.
+A partition's checkpoint (``Unit``) is encoded as a magic line, the SHA-256 of the payload and
+the payload (a pickle). Data that is truncated, altered or from another format is reported,
+never silently used or replaced. Two stores keep the encoded units:
+
+- ``DirStore`` (one replica): every partition in one file of the state directory, replaced
+  atomically (temporary file, fsync, rename, fsync of the directory).
+- ``KafkaStore`` (several replicas): a compacted changelog topic. A checkpoint is split into
+  chunk records keyed ``c/<topic>/<partition>/<generation>/<index>``, then a manifest record
+  keyed ``m/<topic>/<partition>`` names the generation and its number of chunks; the previous
+  generation's chunks are deleted (tombstones) afterwards. A crash while writing leaves the
+  previous manifest and its chunks intact. Restoring reads the topic to its end.
+
+The stores are trusted like a database file: the payload is code-level data (pickle).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import pickle
-from dataclasses import dataclass, field
+import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import TopicPartition
+
+from monitor.config import Config
 from monitor.pipeline import Pipeline
 
-MAGIC = b"searchmon-checkpoint 1\n"
+log = logging.getLogger(__name__)
+
+MAGIC = b"searchmon-checkpoint 2\n"
 FILE_NAME = "checkpoint.bin"
+
+Key = tuple[str, int]
+"""A source partition: (topic, partition)."""
 
 
 class CheckpointError(Exception):
@@ -25,70 +51,280 @@ class CheckpointError(Exception):
 
 
 @dataclass
-class Checkpoint:
-    pipelines: dict[tuple[str, int], Pipeline]
-    """One pipeline per (topic, partition); they share one offline (judged) state."""
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-    """Next offset to process per (topic, partition): everything before it is in the state."""
+class Unit:
+    """One source partition's state."""
+
+    pipeline: Pipeline
+    offset: int
+    """Next offset to process: everything before it is in the pipeline."""
     written_at: float = 0.0
     """Wall-clock time of writing (for the checkpoint-age alert)."""
+    writer: str | None = None
+    """The replica that wrote it (its ledger's id): whoever restores it knows who counted."""
 
 
-def encode(checkpoint: Checkpoint) -> bytes:
-    payload = pickle.dumps(checkpoint, protocol=5)
+def encode(value: object) -> bytes:
+    payload = pickle.dumps(value, protocol=5)
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
 
-def decode(data: bytes, source: str) -> Checkpoint:
+def decode(data: bytes, source: str) -> Any:
     if not data.startswith(MAGIC):
-        raise CheckpointError(f"{source}: not a searchmon checkpoint (bad header)")
+        raise CheckpointError(f"{source}: not a searchmon checkpoint of this version (bad header)")
     rest = data[len(MAGIC):]
     digest, newline, payload = rest.partition(b"\n")
     if not newline or hashlib.sha256(payload).hexdigest().encode() != digest:
         raise CheckpointError(f"{source}: corrupt checkpoint (checksum mismatch)")
     try:
-        checkpoint = pickle.loads(payload)
+        return pickle.loads(payload)
     except Exception as error:  # any unpickling failure means the same to the operator
         raise CheckpointError(f"{source}: unreadable checkpoint ({error})") from None
-    if not isinstance(checkpoint, Checkpoint):
+
+
+def decode_unit(data: bytes, source: str) -> Unit:
+    unit = decode(data, source)
+    if not isinstance(unit, Unit):
         raise CheckpointError(f"{source}: unexpected checkpoint content")
-    return checkpoint
+    return unit
 
 
-def write(directory: Path, data: bytes) -> None:
-    """Durably replace the checkpoint in ``directory`` with ``data``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / FILE_NAME
-    temporary = directory / (FILE_NAME + ".tmp")
+def write_file(path: Path, data: bytes) -> None:
+    """Durably replace ``path`` with ``data``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
     with temporary.open("wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(temporary, target)
-    descriptor = os.open(directory, os.O_RDONLY)
+    os.replace(temporary, path)
+    descriptor = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
 
 
-def read(directory: Path) -> Checkpoint | None:
-    """The checkpoint in ``directory``, None when there is none; CheckpointError if unusable."""
-    path = directory / FILE_NAME
+def read_file(path: Path) -> bytes | None:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read ({error.strerror})") from None
-    return decode(data, str(path))
 
 
-def discard(directory: Path) -> Path | None:
-    """Move an unusable checkpoint aside (kept for inspection); returns where it went."""
-    path = directory / FILE_NAME
+def discard_file(path: Path) -> Path | None:
+    """Move an unusable file aside (kept for inspection); returns where it went."""
     if not path.exists():
         return None
-    aside = directory / (FILE_NAME + ".discarded")
+    aside = path.with_name(path.name + ".discarded")
     os.replace(path, aside)
     return aside
+
+
+class Store(Protocol):
+    def load(self, keys: set[Key]) -> dict[Key, bytes]:
+        """The newest checkpoint of each of ``keys`` that has one."""
+        ...
+
+    def save(self, units: dict[Key, bytes]) -> None:
+        """Make ``units`` durable (when this returns, a restart or another replica sees them)."""
+        ...
+
+    def discard(self, keys: set[Key]) -> None:
+        """Forget the checkpoints of ``keys`` (after an unusable one was reported)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DirStore:
+    """Every partition's checkpoint in one file: the store of a single replica."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+        self.units: dict[Key, bytes] = {}
+        data = read_file(self.path)
+        if data is not None:
+            units = decode(data, str(self.path))
+            if not isinstance(units, dict):
+                raise CheckpointError(f"{self.path}: unexpected checkpoint content")
+            self.units = units
+
+    def load(self, keys: set[Key]) -> dict[Key, bytes]:
+        return {key: self.units[key] for key in keys if key in self.units}
+
+    def save(self, units: dict[Key, bytes]) -> None:
+        self.units.update(units)  # partitions owned earlier keep their last checkpoint
+        write_file(self.path, encode(self.units))
+
+    def discard(self, keys: set[Key]) -> None:
+        aside = discard_file(self.path)
+        if aside is not None:
+            log.warning("moved the checkpoint aside as %s", aside)
+        for key in keys:
+            self.units.pop(key, None)
+        if self.units:
+            write_file(self.path, encode(self.units))
+
+    def close(self) -> None:
+        pass
+
+    @staticmethod
+    def discard_unreadable(directory: Path) -> Path | None:
+        return discard_file(directory / FILE_NAME)
+
+
+class KafkaStore:
+    """Checkpoints in a compacted changelog topic, reachable from every replica."""
+
+    def __init__(self, config: Config) -> None:
+        kafka, state = config.kafka, config.state
+        self.topic = state.changelog_topic or f"{kafka.group_id}-changelog"
+        self.chunk_bytes = state.chunk_bytes
+        self.servers = kafka.bootstrap_servers
+        self.options = kafka.client_options()
+        self.replication = state.changelog_replication_factor
+        self.partition = TopicPartition(self.topic, 0)
+        self.generations: dict[Key, tuple[str, int]] = {}
+        """Per source partition: the generation of its newest checkpoint and its chunk count."""
+        self._producer: KafkaProducer | None = None
+        self._created = False
+
+    def load(self, keys: set[Key]) -> dict[Key, bytes]:
+        self._create_topic()
+        manifests: dict[Key, tuple[str, int]] = {}
+        chunks: dict[bytes, bytes] = {}
+        for key, value in self._read():
+            kind, _, rest = key.partition(b"/")
+            if kind == b"m":
+                unit = _parse_key(rest)
+                if unit in keys:
+                    if value is None:
+                        manifests.pop(unit, None)
+                    else:
+                        manifest = json.loads(value)
+                        manifests[unit] = (manifest["generation"], manifest["chunks"])
+            elif kind == b"c" and _parse_key(rest.rsplit(b"/", 2)[0]) in keys:
+                if value is None:
+                    chunks.pop(key, None)
+                else:
+                    chunks[key] = value
+        found: dict[Key, bytes] = {}
+        for unit, (generation, count) in manifests.items():
+            names = [_chunk_key(unit, generation, i) for i in range(count)]
+            missing = [name for name in names if name not in chunks]
+            if missing:
+                raise CheckpointError(
+                    f"{self.topic}: checkpoint of {unit[0]}/{unit[1]} is missing "
+                    f"{len(missing)} of its {count} chunks"
+                )
+            found[unit] = b"".join(chunks.pop(name) for name in names)
+            self.generations[unit] = (generation, count)
+        # chunks of generations no manifest names (a write interrupted by a crash)
+        producer = self._producer_()
+        for name in chunks:
+            producer.send(self.topic, key=name, value=None, partition=0)
+        return found
+
+    def save(self, units: dict[Key, bytes]) -> None:
+        producer = self._producer_()
+        previous = {}
+        for unit, data in units.items():
+            generation = uuid.uuid4().hex
+            pieces = [
+                data[i:i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)
+            ] or [b""]
+            for i, piece in enumerate(pieces):
+                producer.send(
+                    self.topic, key=_chunk_key(unit, generation, i), value=piece, partition=0
+                )
+            manifest = json.dumps({"generation": generation, "chunks": len(pieces)}).encode()
+            producer.send(self.topic, key=_manifest_key(unit), value=manifest, partition=0)
+            if unit in self.generations:
+                previous[unit] = self.generations[unit]
+            self.generations[unit] = (generation, len(pieces))
+        producer.flush(timeout=30)
+        for unit, (generation, count) in previous.items():
+            for i in range(count):  # delivered with the next flush; harmless if lost
+                producer.send(
+                    self.topic, key=_chunk_key(unit, generation, i), value=None, partition=0
+                )
+
+    def discard(self, keys: set[Key]) -> None:
+        producer = self._producer_()
+        for key in keys:
+            producer.send(self.topic, key=_manifest_key(key), value=None, partition=0)
+            self.generations.pop(key, None)
+        producer.flush(timeout=30)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close(timeout=10)
+            self._producer = None
+
+    def _producer_(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = KafkaProducer(
+                bootstrap_servers=self.servers, acks="all", linger_ms=5,
+                max_request_size=self.chunk_bytes + 65536, client_id="searchmon-changelog",
+                **self.options,
+            )
+        return self._producer
+
+    def _create_topic(self) -> None:
+        if self._created:
+            return
+        admin = KafkaAdminClient(
+            bootstrap_servers=self.servers, client_id="searchmon-changelog", **self.options
+        )
+        try:
+            admin.create_topics([NewTopic(
+                self.topic, 1, self.replication,
+                topic_configs={
+                    "cleanup.policy": "compact",
+                    "max.message.bytes": str(self.chunk_bytes + 65536),
+                },
+            )])
+            log.info("created the changelog topic %s", self.topic)
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+        self._created = True
+
+    def _read(self) -> list[tuple[bytes, bytes | None]]:
+        """Every record of the changelog, oldest first."""
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.servers, enable_auto_commit=False, group_id=None,
+            client_id="searchmon-restore", max_partition_fetch_bytes=4 * self.chunk_bytes,
+            fetch_max_bytes=64 * 1024 * 1024, **self.options,
+        )
+        records: list[tuple[bytes, bytes | None]] = []
+        try:
+            consumer.assign([self.partition])
+            consumer.seek_to_beginning(self.partition)
+            deadline = time.monotonic() + 120
+            while True:
+                for batch in consumer.poll(timeout_ms=500).values():
+                    records.extend((r.key, r.value) for r in batch if r.key is not None)
+                highwater = consumer.highwater(self.partition)
+                if highwater is not None and consumer.position(self.partition) >= highwater:
+                    return records
+                if time.monotonic() > deadline:
+                    raise KafkaError(f"reading the changelog {self.topic} timed out")
+        finally:
+            consumer.close(autocommit=False)
+
+
+def _manifest_key(unit: Key) -> bytes:
+    return f"m/{unit[0]}/{unit[1]}".encode()
+
+
+def _chunk_key(unit: Key, generation: str, index: int) -> bytes:
+    return f"c/{unit[0]}/{unit[1]}/{generation}/{index}".encode()
+
+
+def _parse_key(text: bytes) -> Key:
+    topic, _, number = text.decode().rpartition("/")
+    return topic, int(number)

@@ -256,9 +256,9 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
-    daemon.install_signal_handlers()
     try:
+        daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
+        daemon.install_signal_handlers()
         return daemon.run()
     except StartError as error:
         raise UsageError(str(error)) from None

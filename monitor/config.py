@@ -116,8 +116,18 @@ class HttpConfig(Section):
 
 class StateConfig(Section):
     dir: Path = Path("state")
+    """Checkpoints (``store = "dir"``) and this replica's export accounting."""
     checkpoint_interval: Duration = 5.0
     """How often the daemon writes a checkpoint; /metrics shows the newest durable one."""
+    store: Literal["dir", "kafka"] = "dir"
+    """Where partitions' checkpoints live: ``dir`` (one replica) or ``kafka``, a compacted
+    changelog topic any replica of the group can restore a partition from."""
+    changelog_topic: str | None = None
+    """Default: ``<group_id>-changelog``; created (compacted, one partition) when missing."""
+    changelog_replication_factor: int = Field(default=-1, ge=-1)
+    """For the changelog topic the daemon creates; -1: the brokers' default."""
+    chunk_bytes: int = Field(default=512 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Checkpoints are split into changelog records of at most this size."""
 
 
 class SessionsConfig(Section):

@@ -2,12 +2,15 @@
 
 The source adapter of the daemon (it does I/O and reads the clock; the pipeline does not).
 
-Crash safety: every ``checkpoint_interval`` and at shutdown the daemon writes the pipeline's
-state with the offsets it reflects (atomically), then commits those offsets to Kafka. On start
-it restores the checkpoint, and records below a partition's checkpointed offset (delivered
-again after a crash between checkpoint and commit) are skipped: they are in the state already.
-``/metrics`` shows the state of the newest durable checkpoint, never state a crash could
-lose, so a counter Prometheus has scraped never goes backwards or counts an event twice.
+Every source partition has its own pipeline (a unit of state that moves with the partition).
+Crash safety: every ``checkpoint_interval``, at shutdown and before a partition is given up,
+the daemon makes its partitions' state durable with the offsets it reflects (``checkpoint``),
+then commits those offsets to Kafka. A partition it acquires is restored from its newest
+checkpoint and read from the checkpoint's offset; records below it (delivered again after a
+crash between checkpoint and commit) are skipped: they are in the state already.
+``/metrics`` shows the state of the newest durable checkpoints, never state a crash could
+lose, through the replica's ``Ledger`` (``merge``), so a counter Prometheus has scraped never
+goes backwards or counts an event twice, also when partitions move between replicas.
 """
 
 from __future__ import annotations
@@ -24,16 +27,17 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from monitor import checkpoint
+from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Key, Store, Unit
 from monitor.config import Config
 from monitor.http import MetricsServer
-from monitor.merge import merged
+from monitor.merge import Ledger, counters_of
 from monitor.metrics import PipelineCollector, consumer_metrics
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import tune_for_throughput
@@ -42,6 +46,7 @@ log = logging.getLogger(__name__)
 
 # Sections whose change makes a checkpointed state meaningless for the new configuration.
 STATE_SECTIONS = ("sessions", "query_classes", "input", "offline")
+LEDGER_FILE = "ledger.bin"
 
 
 class StartError(Exception):
@@ -54,122 +59,170 @@ Record = tuple[str, int, int, bytes | None, bytes | None]
 Letter = tuple[str, int, int, bytes | None, bytes | None, str, str]
 """A rejected record going to the dead-letter topic: the record, its reason and detail."""
 
+Restored = tuple[int | None, bytes, str | None]
+"""An acquired partition: the offset its checkpoint reflects (None: no checkpoint), its
+exported view (pickled) and the replica that wrote the checkpoint."""
+
 
 class State:
-    """The pipelines of every partition with the offsets they reflect: the durable state.
+    """The pipelines of the partitions owned, with the offsets they reflect.
 
     Lives in its own process (``_state_process``) while the consumer polls in the main one,
-    so that decoding in kafka-python and the pipeline run on two cores.
+    so that decoding in kafka-python and the pipeline run on two cores. Partitions of the
+    judgments topic hold the offline state; the live queries and judged messages of the
+    other partitions go to the one of them owned here (the lowest-numbered).
     """
 
-    def __init__(self, config: Config, discard_checkpoint: bool = False) -> None:
+    def __init__(self, config: Config, replica: str, discard: bool = False) -> None:
         self.config = config
-        state_dir = config.state.dir
-        try:
-            restored = checkpoint.read(state_dir)
-        except checkpoint.CheckpointError as error:
-            if not discard_checkpoint:
-                raise StartError(
-                    f"{error}; refusing to start. Fix or remove it, or start with "
-                    "--discard-checkpoint to move it aside and begin from the committed offsets"
-                ) from None
-            aside = checkpoint.discard(state_dir)
-            log.warning("discarded unusable checkpoint, kept as %s", aside)
-            restored = None
-        if restored is not None:
-            first = next(iter(restored.pipelines.values()), None)
-            changed = [
-                section for section in STATE_SECTIONS
-                if first is not None
-                and getattr(first.config, section) != getattr(config, section)
-            ]
-            if changed and not discard_checkpoint:
-                raise StartError(
-                    f"configuration of [{', '.join(changed)}] changed since the checkpoint in "
-                    f"{state_dir}; its state does not fit. Start with --discard-checkpoint "
-                    "to begin anew from the committed offsets"
-                )
-            if changed:
-                log.warning("configuration changed: checkpoint discarded")
-                checkpoint.discard(state_dir)
-                restored = None
-        self.pipelines: dict[tuple[str, int], Pipeline] = (
-            dict(restored.pipelines) if restored else {}
-        )
-        template = next(iter(self.pipelines.values()), None) or Pipeline(config)
-        self.judged = template.judged  # shared by every partition's pipeline
-        self.classes = template.classes  # likewise: class indexes agree across partitions
-        self.offsets: dict[tuple[str, int], int] = dict(restored.offsets) if restored else {}
-        self.checkpoint_time = restored.written_at if restored else None
+        self.replica = replica
+        self.discard = discard
+        self.units: dict[Key, Pipeline] = {}
+        self.offsets: dict[Key, int] = {}
+        self.dirty: set[Key] = set()
+        self.checkpoint_time: float | None = None
         self.rejections = RejectionLog(config.input.rejection_log_limit)
-        if restored is not None:
-            log.info("restored checkpoint with offsets %s", self.offsets)
+        self.store: Store
+        if config.state.store == "kafka":
+            self.store = KafkaStore(config)
+        else:
+            try:
+                self.store = DirStore(config.state.dir)
+            except CheckpointError as error:
+                if not discard:
+                    raise StartError(_refusal(str(error))) from None
+                aside = DirStore.discard_unreadable(config.state.dir)
+                log.warning("discarded unusable checkpoint, kept as %s", aside)
+                self.store = DirStore(config.state.dir)
+            # one replica: every checkpoint is checked at start, before any partition arrives
+            self._decode(self.store.load(set(self.store.units)))
 
-    def process(
-        self, records: list[Record], highwaters: dict[tuple[str, int], int],
-        judgments_caught_up: bool,
-    ) -> list[Letter]:
-        letters: list[Letter] = []
-        truncated = {
-            key for key, highwater in highwaters.items() if highwater < self.offsets.get(key, 0)
-        }
-        for key in truncated:
-            # The log is shorter than what the state reflects: the topic was deleted and
-            # created again (or truncated). Its new messages are new events.
-            log.warning(
-                "%s/%d: log end %d is below the checkpointed offset %d; the topic was "
-                "recreated or truncated, reading it from its start",
-                key[0], key[1], highwaters[key], self.offsets[key],
-            )
+    # --- partitions come and go ------------------------------------------------------------
+
+    def assign(self, keys: set[Key]) -> dict[Key, Restored]:
+        restored = self._decode(self.store.load(keys - self.units.keys()))
+        answers: dict[Key, Restored] = {}
+        for key in sorted(keys - self.units.keys()):
+            unit = restored.get(key)
+            if unit is None:
+                pipeline, offset, writer = Pipeline(self.config), None, None
+            else:
+                pipeline, offset, writer = unit.pipeline, unit.offset, unit.writer
+                self.checkpoint_time = max(self.checkpoint_time or 0.0, unit.written_at)
+                log.info("%s/%d: restored its checkpoint at offset %d", *key, offset)
+            self.units[key] = pipeline
+            self.offsets[key] = offset or 0
+            answers[key] = (offset, pickle.dumps(counters_of(pipeline), protocol=5), writer)
+        self._join()
+        return answers
+
+    def rewind(self, keys: set[Key]) -> None:
+        """The logs of ``keys`` were recreated or truncated: what they hold now is new."""
+        for key in keys:
             self.offsets[key] = 0
+
+    def drop(self, keys: set[Key]) -> None:
+        for key in keys:
+            self.units.pop(key, None)
+            self.offsets.pop(key, None)
+            self.dirty.discard(key)
+        self._join()
+
+    def _decode(self, stored: dict[Key, bytes]) -> dict[Key, Unit]:
+        units: dict[Key, Unit] = {}
+        for key, data in stored.items():
+            source = f"checkpoint of {key[0]}/{key[1]}"
+            try:
+                unit = checkpoint.decode_unit(data, source)
+                changed = [
+                    section for section in STATE_SECTIONS
+                    if getattr(unit.pipeline.config, section) != getattr(self.config, section)
+                ]
+                if changed:
+                    raise CheckpointError(
+                        f"configuration of [{', '.join(changed)}] changed since the {source}; "
+                        "its state does not fit"
+                    )
+            except CheckpointError as error:
+                if not self.discard:
+                    raise StartError(_refusal(str(error))) from None
+                log.warning("%s; discarded, the partition starts anew", error)
+                self.store.discard({key})
+                continue
+            units[key] = unit
+        return units
+
+    def _join(self) -> None:
+        """Point every partition's live queries at the offline state owned here, if any."""
+        offline = self.offline_key()
+        owner = self.units[offline] if offline is not None else None
+        for key, pipeline in self.units.items():
+            pipeline.join = pipeline if key == offline else owner
+
+    def offline_key(self) -> Key | None:
+        topic = self.config.kafka.judgments_topic
+        return min((key for key in self.units if key[0] == topic), default=None)
+
+    # --- records and checkpoints -----------------------------------------------------------
+
+    def process(self, records: list[Record], judgments_caught_up: bool) -> list[Letter]:
+        letters: list[Letter] = []
         offsets = self.offsets
+        units, dirty = self.units, self.dirty
         for topic, number, offset, record_key, value in records:
             key = (topic, number)
             if offset < offsets.get(key, 0):
                 continue  # already reflected in the restored state
-            rejection = self._pipeline(key).feed(value if value is not None else b"")
+            pipeline = units.get(key)
+            if pipeline is None:
+                continue  # given up while the batch was on its way; its next owner reads it
+            rejection = pipeline.feed(value if value is not None else b"")
             if rejection is not None:
                 self.rejections.record(rejection, f"{topic}/{number}@{offset}")
                 letters.append((topic, number, offset, record_key, value,
                                 rejection.reason.value, rejection.detail))
             offsets[key] = offset + 1
-        if self.pipelines:
+            dirty.add(key)
+        offline = self.offline_key()
+        if offline is not None and records:
             # Partitions are read unevenly: the newest event time of any of them moves the
-            # shared offline clock, and, once no judgment waits in its topic, completes the
-            # judged samples that have been quiet long enough.
-            newest = max(p.sessions.newest for p in self.pipelines.values())
-            self.judged.advance(newest)
+            # offline clock, and, once no judgment waits in its topic, completes the judged
+            # samples that have been quiet long enough.
+            newest = max(p.sessions.newest for p in units.values())
+            judged = units[offline].judged
+            judged.advance(newest)
             if judgments_caught_up:
-                self.judged.settle(newest)
+                judged.settle(newest)
+            dirty.add(offline)
         return letters
 
-    def checkpoint(self) -> bytes:
-        """Write the state durably; returns the exported view of it (pickled)."""
+    def checkpoint(self, keys: set[Key]) -> tuple[dict[Key, tuple[int, bytes]], float]:
+        """Make the state of ``keys`` durable; returns their offsets and exported views."""
         written_at = time.time()
-        data = checkpoint.encode(
-            checkpoint.Checkpoint(self.pipelines, dict(self.offsets), written_at)
-        )
-        checkpoint.write(self.config.state.dir, data)
+        changed = keys & self.dirty
+        self.store.save({
+            key: checkpoint.encode(Unit(self.units[key], self.offsets[key], written_at,
+                                        self.replica))
+            for key in sorted(changed)
+        })
+        self.dirty -= changed
         self.checkpoint_time = written_at
-        return self.view()
-
-    def view(self) -> bytes:
-        """The sums of the partitions' pipelines, as /metrics shows them (pickled)."""
-        return pickle.dumps(
-            merged(self.config, [self.pipelines[k] for k in sorted(self.pipelines)]),
-            protocol=5,
-        )
-
-    def _pipeline(self, key: tuple[str, int]) -> Pipeline:
-        pipeline = self.pipelines.get(key)
-        if pipeline is None:
-            pipeline = self.pipelines[key] = Pipeline(self.config)
-            pipeline.share(self.classes, self.judged)
-        return pipeline
+        return {
+            key: (self.offsets[key], pickle.dumps(counters_of(self.units[key]), protocol=5))
+            for key in changed
+        }, written_at
 
 
-def _state_process(connection: Connection, config_json: str, discard: bool) -> None:
-    """The state side: receives batches and checkpoint requests, answers each in order."""
+def _refusal(problem: str) -> str:
+    return (
+        f"{problem}; refusing to start. Fix or remove it, or start with "
+        "--discard-checkpoint to set it aside and begin those partitions anew from the "
+        "committed offsets"
+    )
+
+
+def _state_process(connection: Connection, config_json: str, replica: str, discard: bool) -> None:
+    """The state side: receives commands, answers each in order."""
     # Ctrl-C and SIGTERM reach the whole process group: the consumer process decides when the
     # state stops (after its final checkpoint), so the signals are not for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -179,24 +232,53 @@ def _state_process(connection: Connection, config_json: str, discard: bool) -> N
     )
     tune_for_throughput()
     try:
-        state = State(Config.model_validate_json(config_json), discard)
+        state = State(Config.model_validate_json(config_json), replica, discard)
     except StartError as error:
         connection.send(("error", str(error)))
         return
-    connection.send(("ready", dict(state.offsets), state.view(), state.checkpoint_time))
-    while True:
-        try:
-            command, *arguments = connection.recv()
-        except EOFError:
-            return  # the consumer process is gone
-        if command == "batch":
-            letters = state.process(*arguments)
-            connection.send(("processed", letters, dict(state.offsets)))
-        elif command == "checkpoint":
-            view = state.checkpoint()
-            connection.send(("checkpointed", dict(state.offsets), view, state.checkpoint_time))
-        else:
-            return
+    connection.send(("ready",))
+    try:
+        while True:
+            try:
+                command, *arguments = connection.recv()
+            except EOFError:
+                return  # the consumer process is gone
+            try:
+                if command == "batch":
+                    connection.send(("processed", state.process(*arguments), state.offsets))
+                elif command == "assign":
+                    connection.send(("assigned", state.assign(*arguments)))
+                elif command == "drop":
+                    state.drop(*arguments)
+                elif command == "rewind":
+                    state.rewind(*arguments)
+                elif command == "checkpoint":
+                    connection.send(("checkpointed", *state.checkpoint(*arguments)))
+                else:
+                    return
+            except StartError as error:
+                connection.send(("error", str(error)))
+            except (KafkaError, OSError) as error:
+                connection.send(("failed", f"{type(error).__name__}: {error}"))
+    finally:
+        state.store.close()
+
+
+class _Fence(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Partitions being revoked are never checkpointed again: their next owner may already
+    be restoring them. (kafka-python calls this on its own thread, before rejoining.)"""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.revoked: set[Key] = set()
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        with self.lock:  # waits for a checkpoint in progress
+            self.revoked |= {(tp.topic, tp.partition) for tp in revoked}
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        with self.lock:
+            self.revoked.clear()
 
 
 class Daemon:
@@ -205,16 +287,37 @@ class Daemon:
     def __init__(self, config: Config, discard_checkpoint: bool = False) -> None:
         self.config = config
         self.discard_checkpoint = discard_checkpoint
-        self.offsets: dict[tuple[str, int], int] = {}
+        self.ledger = self._open_ledger()
+        self.offsets: dict[Key, int] = {}
+        self.owned: set[Key] = set()
         self.checkpoint_time: float | None = None
-        self.exported = Pipeline(config)  # until the state process has answered
+        self.exported = Pipeline(config)  # until a checkpoint has been restored or written
         self.connected = False
-        self.lag: dict[tuple[str, int], int] = {}
+        self.lag: dict[Key, int] = {}
         self.dead_lettered = 0
         self.stop = threading.Event()
         self._state: Connection | None = None
         self._in_flight = False
-        self._letters: list[Letter] = []
+        self._fence = _Fence()
+        self._restore_after = 0.0
+
+    def _open_ledger(self) -> Ledger:
+        path = self.config.state.dir / LEDGER_FILE
+        try:
+            data = checkpoint.read_file(path)
+            ledger = checkpoint.decode(data, str(path)) if data is not None else None
+            if ledger is not None and not isinstance(ledger, Ledger):
+                raise CheckpointError(f"{path}: unexpected content")
+        except CheckpointError as error:
+            if not self.discard_checkpoint:
+                raise StartError(_refusal(str(error))) from None
+            log.warning("%s; discarded (exported counters start anew)", error)
+            checkpoint.discard_file(path)
+            ledger = None
+        if ledger is None:
+            return Ledger(self.config)
+        ledger.config = self.config
+        return ledger
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -229,18 +332,15 @@ class Daemon:
         ours, theirs = context.Pipe()
         process = context.Process(
             target=_state_process, name="searchmon-state",
-            args=(theirs, self.config.model_dump_json(), self.discard_checkpoint),
+            args=(theirs, self.config.model_dump_json(), self.ledger.replica,
+                  self.discard_checkpoint),
         )
         process.start()
         theirs.close()
-        answer = ours.recv()
-        if answer[0] == "error":
-            process.join(timeout=30)
-            raise StartError(answer[1])
-        _, self.offsets, view, self.checkpoint_time = answer
-        self.exported = pickle.loads(view)
         self._state = ours
         try:
+            self._expect("ready")
+            self._export()  # what this replica exported before a restart, until it restores
             return self._consume()
         finally:
             with contextlib.suppress(OSError):
@@ -279,7 +379,8 @@ class Daemon:
                 self.connected = _connection_count(consumer) > 0
                 # the state process works on the previous batch while this one was fetched
                 self._settle(producer)
-                self._send(batch, consumer)
+                waiting = self._follow_assignment(consumer, batch) | self._rewind(consumer)
+                self._send(batch, consumer, waiting)
                 self._measure_lag(consumer)
                 if time.monotonic() - last_checkpoint >= self.config.state.checkpoint_interval:
                     self._checkpoint(consumer, producer)
@@ -303,7 +404,6 @@ class Daemon:
         kafka = self.config.kafka
         options = kafka.client_options()
         consumer = KafkaConsumer(
-            kafka.events_topic, kafka.judgments_topic,
             bootstrap_servers=kafka.bootstrap_servers,
             group_id=kafka.group_id,
             enable_auto_commit=False,
@@ -314,6 +414,7 @@ class Daemon:
             client_id="searchmon",
             **options,
         )
+        consumer.subscribe([kafka.events_topic, kafka.judgments_topic], listener=self._fence)
         producer = None
         if kafka.dead_letter_topic is not None:
             producer = KafkaProducer(
@@ -324,31 +425,93 @@ class Daemon:
         log.info("connected to %s, group %s", ",".join(kafka.bootstrap_servers), kafka.group_id)
         return consumer, producer
 
-    def _send(self, batch: dict[TopicPartition, list[Any]], consumer: KafkaConsumer) -> None:
-        if not batch:
-            return
-        assert self._state is not None and not self._in_flight
+    def _follow_assignment(
+        self, consumer: KafkaConsumer, batch: dict[TopicPartition, list[Any]]
+    ) -> set[Key]:
+        """Give up the partitions revoked and restore those assigned. Returns the partitions
+        whose records in ``batch`` wait: each acquired partition is read again from its
+        checkpoint's offset (or from its first record here), and one whose checkpoint cannot
+        be read yet (changelog unreachable) stays paused until it can."""
+        current = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        gone, new = self.owned - current, current - self.owned
+        if gone:
+            self._state_send(("drop", gone))
+            for key in gone:
+                self.ledger.release(key)
+                self.offsets.pop(key, None)
+                self.lag.pop(key, None)
+            self.owned -= gone
+            self._export()
+            log.info("gave up %s", _names(gone))
+        if not new or time.monotonic() < self._restore_after:
+            return new
+        firsts = {
+            (tp.topic, tp.partition): records[0].offset
+            for tp, records in batch.items() if (tp.topic, tp.partition) in new and records
+        }
+        for key, first in firsts.items():  # not read yet, as far as the state knows
+            consumer.seek(TopicPartition(*key), first)
+        partitions = [TopicPartition(*key) for key in new]
+        answer = self._request(("assign", new), "assigned")
+        if answer is None:
+            consumer.pause(*partitions)
+            self._restore_after = time.monotonic() + 2.0
+            return new
+        consumer.resume(*partitions)
+        for key, (offset, view, writer) in answer[1].items():
+            self.ledger.acquire(key, pickle.loads(view), writer)
+            if offset is not None:  # the checkpoint, not the committed offset, is the truth
+                consumer.seek(TopicPartition(*key), offset)
+                self.offsets[key] = offset
+        self.owned |= new
+        self._export()
+        log.info("took over %s", _names(new))
+        return new
+
+    def _send(
+        self, batch: dict[TopicPartition, list[Any]], consumer: KafkaConsumer, waiting: set[Key]
+    ) -> None:
+        owned = self.owned - waiting
         records: list[Record] = [
             (r.topic, r.partition, r.offset, r.key, r.value)
-            for records in batch.values() for r in records
+            for partition, records in batch.items()
+            if (partition.topic, partition.partition) in owned
+            for r in records
         ]
-        highwaters = {}
-        for partition in batch:
-            highwater = consumer.highwater(partition)
-            if highwater is not None:
-                highwaters[(partition.topic, partition.partition)] = highwater
-        self._state.send(("batch", records, highwaters, self._judgments_caught_up(consumer)))
+        if not records:
+            return
+        assert not self._in_flight
+        self._state_send(("batch", records, self._judgments_caught_up(consumer)))
         self._in_flight = True
+
+    def _rewind(self, consumer: KafkaConsumer) -> set[Key]:
+        """Partitions whose log ends below the offset the state reflects (the topic was
+        deleted and created again, or truncated) are read again from their start."""
+        rewound = set()
+        for partition in consumer.assignment():
+            key = (partition.topic, partition.partition)
+            highwater = consumer.highwater(partition)
+            if key in self.owned and highwater is not None and highwater < self.offsets.get(
+                key, 0
+            ):
+                log.warning(
+                    "%s/%d: log end %d is below the checkpointed offset %d; the topic was "
+                    "recreated or truncated, reading it from its start",
+                    *key, highwater, self.offsets[key],
+                )
+                consumer.seek_to_beginning(partition)
+                self.offsets[key] = 0
+                rewound.add(key)
+        if rewound:
+            self._state_send(("rewind", rewound))
+        return rewound
 
     def _settle(self, producer: KafkaProducer | None) -> None:
         """Wait for the batch in flight; dead-letter what it rejected."""
         if not self._in_flight:
             return
-        assert self._state is not None
-        answer = self._state.recv()
-        if answer[0] != "processed":
-            raise RuntimeError(f"the state process answered {answer[0]!r}")
-        _, letters, self.offsets = answer
+        _, letters, offsets = self._expect("processed")
+        self.offsets.update((key, offsets[key]) for key in self.owned if key in offsets)
         self._in_flight = False
         if producer is not None:
             for letter in letters:
@@ -385,7 +548,6 @@ class Daemon:
                 self.lag[key] = max(0, highwater - self.offsets.get(key, 0))
 
     def _checkpoint(self, consumer: KafkaConsumer, producer: KafkaProducer | None) -> None:
-        assert self._state is not None
         self._settle(producer)
         if producer is not None:
             try:
@@ -393,22 +555,64 @@ class Daemon:
             except KafkaError as error:
                 log.warning("dead letters not yet delivered (%s): checkpoint postponed", error)
                 return
-        self._state.send(("checkpoint",))
-        answer = self._state.recv()
-        if answer[0] != "checkpointed":
-            raise RuntimeError(f"the state process answered {answer[0]!r}")
-        _, self.offsets, view, self.checkpoint_time = answer
-        self.exported = pickle.loads(view)
+        with self._fence.lock:
+            assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+            keys = (self.owned & assigned) - self._fence.revoked
+            answer = self._request(("checkpoint", keys), "checkpointed")
+        if answer is None:
+            return
+        _, written, self.checkpoint_time = answer
+        for key, (offset, view) in written.items():
+            self.ledger.update(key, pickle.loads(view))
+            self.offsets[key] = offset
+        checkpoint.write_file(
+            self.config.state.dir / LEDGER_FILE, checkpoint.encode(self.ledger)
+        )
+        self._export()
         offsets = {
-            TopicPartition(topic, number): OffsetAndMetadata(offset, "", -1)
-            for (topic, number), offset in self.offsets.items()
-            if TopicPartition(topic, number) in consumer.assignment()
+            TopicPartition(*key): OffsetAndMetadata(offset, "", -1)
+            for key, (offset, _) in written.items()
         }
         if offsets:
             try:  # bounded: while the brokers are away the loop must keep going
                 consumer.commit(offsets, timeout_ms=5000)
             except KafkaError as error:  # the checkpoint is durable; the next commit catches up
                 log.warning("offset commit failed: %s", error)
+
+    def _export(self) -> None:
+        topic = self.config.kafka.judgments_topic
+        offline = min((key for key in self.owned if key[0] == topic), default=None)
+        self.exported = self.ledger.exported(self.owned, offline)
+
+    # --- the state process ------------------------------------------------------------------
+
+    def _state_send(self, message: tuple[Any, ...]) -> None:
+        assert self._state is not None
+        self._state.send(message)
+
+    def _expect(self, kind: str) -> tuple[Any, ...]:
+        assert self._state is not None
+        answer: tuple[Any, ...] = self._state.recv()
+        if answer[0] == "error":
+            raise StartError(answer[1])
+        if answer[0] != kind:
+            raise RuntimeError(f"the state process answered {answer[0]!r}, not {kind!r}")
+        return answer
+
+    def _request(self, message: tuple[Any, ...], kind: str) -> tuple[Any, ...] | None:
+        """A command whose answer may be a Kafka failure (None, logged: try again later)."""
+        assert not self._in_flight
+        self._state_send(message)
+        assert self._state is not None
+        answer: tuple[Any, ...] = self._state.recv()
+        if answer[0] == "failed":
+            log.warning("%s failed: %s", message[0], answer[1])
+            return None
+        if answer[0] == "error":
+            raise StartError(answer[1])
+        if answer[0] != kind:
+            raise RuntimeError(f"the state process answered {answer[0]!r}, not {kind!r}")
+        return answer
 
     # --- health -----------------------------------------------------------------------------
 
@@ -421,6 +625,10 @@ class Daemon:
         return consumer_metrics(
             self.lag, self.connected, self.checkpoint_time, self.dead_lettered
         )
+
+
+def _names(keys: set[Key]) -> str:
+    return ", ".join(f"{topic}/{number}" for topic, number in sorted(keys))
 
 
 def _connection_count(consumer: KafkaConsumer) -> float:

@@ -76,6 +76,9 @@ class Pipeline:
         self._class_index = self.classes.index
         self._decode = decode_native
         self.judged = Judged(config.offline)
+        self.join: Pipeline | None = self
+        """Whose offline state live queries and judged messages go to: this pipeline's own,
+        or (the daemon) that of the judgments partition; None: nobody's (not owned here)."""
 
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
@@ -128,10 +131,11 @@ class Pipeline:
                 count == 0 if count is not None else results == 0,
                 latency / 1000.0 if latency is not None else None,
             )
-            if self.judged.active:
-                judged = self.judged
-                judged.live_query(time, klass, event["query_text"], event["result_ids"])
-                judged.advance(time)
+            join = self.join
+            if join is not None and join.judged.active:
+                join.live_query(
+                    time, self.classes.names[klass], event["query_text"], event["result_ids"]
+                )
         elif kind == "click":
             sessions.on_click(
                 session, event["query_id"], time, event["position"], event.get("dwell_ms")
@@ -145,13 +149,14 @@ class Pipeline:
     def __getstate__(self) -> dict[str, object]:
         """The state a checkpoint keeps: everything but the decoder and lookup shortcuts."""
         state = dict(self.__dict__)
-        del state["_decode"], state["_class_index"]
+        del state["_decode"], state["_class_index"], state["join"]
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._decode = decode_native
         self._class_index = self.classes.index
+        self.join = self
 
     def close(self) -> None:
         """End of input: every open session closes and is counted; every sample completes."""
@@ -163,34 +168,34 @@ class Pipeline:
         if isinstance(time, Rejection):
             self.health.rejected[time.reason] += 1
             return time
-        self.health.judged_messages += 1
-        self.judged.active = True
-        judged = self.judged
+        target = self.join if self.join is not None else self
+        judged = target.judged
         if event["type"] == "qrels":
             judged.store_qrels(event["query_text"], dict(event["labels"]))
         else:
             ranking = _ranked(event["ranking"], event.get("scores"))
             if len(set(ranking)) != len(ranking):
-                self.health.judged_messages -= 1
                 self.health.rejected[Reason.SCHEMA] += 1
                 return Rejection(Reason.SCHEMA, "ranking names a document twice")
-            klass = self.classes.classify(event.get("query_class"), event["query_text"])
-            if klass >= len(self.counters.queries):
-                self._grow()
+            klass = target.classes.classify(event.get("query_class"), event["query_text"])
+            target._grow()
             judged.judgment(
                 event["sample_id"], time, klass, event["query_text"], ranking,
                 dict(event["labels"]),
             )
+        self.health.judged_messages += 1
+        judged.active = True
         judged.advance(time)
         return None
 
-    def share(self, classes: QueryClasses, judged: Judged) -> None:
-        """Use query classes and offline state common to several pipelines (the daemon's
-        partitions), so that class indexes mean the same in all of them."""
-        self.classes = classes
-        self._class_index = classes.index
-        self.judged = judged
-        self._grow()
+    def live_query(self, time: float, name: str, text: str, results: list[str]) -> None:
+        """A live query of a pipeline joined to this one's offline state (or its own)."""
+        klass = self._class_index.get(name)
+        if klass is None:
+            klass = self.classes.classify(name, text)
+            self._grow()
+        self.judged.live_query(time, klass, text, results)
+        self.judged.advance(time)
 
     def _grow(self) -> None:
         """Counters for every class known (other pipelines may have added some)."""

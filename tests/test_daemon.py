@@ -200,7 +200,7 @@ def test_kill_9_at_random_points_loses_nothing_and_counts_nothing_twice(
 def test_a_corrupt_checkpoint_is_refused_unless_discarded(tmp_path: Path, broker: Broker) -> None:
     state = tmp_path / "state"
     state.mkdir()
-    (state / "checkpoint.bin").write_bytes(b"searchmon-checkpoint 1\nabc\nnot a pickle")
+    (state / "checkpoint.bin").write_bytes(b"searchmon-checkpoint 2\nabc\nnot a pickle")
     port = free_port()
     daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port)
     _, err = daemon.communicate(timeout=60)
