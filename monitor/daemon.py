@@ -19,6 +19,7 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.context
+import os
 import pickle
 import signal
 import threading
@@ -221,8 +222,13 @@ def _refusal(problem: str) -> str:
     )
 
 
-def _state_process(connection: Connection, config_json: str, replica: str, discard: bool) -> None:
-    """The state side: receives commands, answers each in order."""
+def _state_process(
+    connection: Connection, parents_end: Connection, config_json: str, replica: str,
+    discard: bool,
+) -> None:
+    """The state side: receives commands, answers each in order; ends with its parent."""
+    parents_end.close()  # else a parent killed with -9 would leave this end waiting forever
+    parent = os.getppid()
     # Ctrl-C and SIGTERM reach the whole process group: the consumer process decides when the
     # state stops (after its final checkpoint), so the signals are not for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -240,6 +246,9 @@ def _state_process(connection: Connection, config_json: str, replica: str, disca
     try:
         while True:
             try:
+                while not connection.poll(1.0):
+                    if os.getppid() != parent:
+                        return  # the consumer process is gone
                 command, *arguments = connection.recv()
             except EOFError:
                 return  # the consumer process is gone
@@ -332,7 +341,7 @@ class Daemon:
         ours, theirs = context.Pipe()
         process = context.Process(
             target=_state_process, name="searchmon-state",
-            args=(theirs, self.config.model_dump_json(), self.ledger.replica,
+            args=(theirs, ours, self.config.model_dump_json(), self.ledger.replica,
                   self.discard_checkpoint),
         )
         process.start()

@@ -74,14 +74,19 @@ def expected(partitions: list[list[bytes]]) -> Pipeline:
     return merged(config, pipelines)
 
 
-def start_daemon(tmp: Path, broker: Broker, group: str, port: int) -> subprocess.Popen[str]:
+def start_daemon(
+    tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = ""
+) -> subprocess.Popen[str]:
+    """``searchmon run`` with its configuration and state in ``tmp``; ``kafka`` and ``state``
+    are more lines for those sections."""
+    tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "searchmon.toml"
     config.write_text(
         f'[kafka]\nbootstrap_servers = ["{broker.address}"]\ngroup_id = "{group}"\n'
-        f'dead_letter_topic = "{DEAD}"\n'
+        f'dead_letter_topic = "{DEAD}"\n{kafka}'
         + "".join(f"{k} = {v}\n" for k, v in FAST_GROUP.items())
         + f'[http]\nlisten = "127.0.0.1:{port}"\n'
-        f'[state]\ndir = "{tmp / "state"}"\ncheckpoint_interval = "500ms"\n'
+        f'[state]\ndir = "{tmp / "state"}"\ncheckpoint_interval = "500ms"\n{state}'
     )
     return subprocess.Popen(
         [sys.executable, "-m", "monitor", "run", "--config", str(config)],
@@ -267,3 +272,68 @@ def test_broker_down_at_start_is_retried(tmp_path: Path) -> None:
         _, err = daemon.communicate(timeout=30)
         broker.stop()
     assert daemon.returncode == 0, err
+
+
+def test_two_replicas_split_the_partitions_and_the_survivor_takes_over(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Two daemons in one group with their checkpoints in a changelog topic: the sums of what
+    they export equal one daemon's totals, also after one is killed (its last export stays in
+    the sums: a dead replica's counters are what Prometheus scraped last)."""
+    topics = {"replicated-events": 4, "replicated-judgments": 1}
+    broker.create_topics(topics)
+    world = World.build(11)
+    stream = [
+        (key.encode(), line) for _, key, line in events(world, Traffic(
+            seed=11, sessions_per_second=2.0, duration=1200.0, malformed_rate=0.01,
+            duplicate_rate=0.005,
+        ))
+    ]
+    first, rest = stream[: len(stream) // 2], stream[len(stream) // 2:]
+    broker.produce("replicated-events", first)
+    group = f"g-{uuid.uuid4().hex}"
+    kafka = 'events_topic = "replicated-events"\njudgments_topic = "replicated-judgments"\n'
+    state = 'store = "kafka"\nchangelog_replication_factor = 1\n'
+    ports = [free_port(), free_port()]
+    daemons = [
+        start_daemon(tmp_path / name, broker, group, port, kafka, state)
+        for name, port in zip("ab", ports, strict=True)
+    ]
+    try:
+        a, b = wait_until_shared(ports, len(first))
+        assert 0 < a["searchmon_events_read_total"] < len(first), "both replicas have a share"
+        assert (
+            add(online_counts(a), online_counts(b))
+            == counts_of(expected(read_back(broker, "replicated-events", 4)))
+        )
+        daemons[0].send_signal(signal.SIGKILL)
+        daemons[0].wait(timeout=10)
+        broker.produce("replicated-events", rest)
+        survivor = wait_until_read(ports[1], len(stream) - a["searchmon_events_read_total"])
+        want = counts_of(expected(read_back(broker, "replicated-events", 4)))
+        assert add(online_counts(a), online_counts(survivor)) == want
+        assert all(survivor[k] >= b[k] for k in online_counts(b)), "counters never go back"
+    finally:
+        for daemon in daemons:
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+            _, err = daemon.communicate(timeout=30)
+    assert daemons[1].returncode == 0, err
+
+
+def wait_until_shared(ports: list[int], total: int) -> list[dict[str, float]]:
+    """Scrapes of every replica once their events_read sum to ``total`` and stay there."""
+    deadline = time.monotonic() + 120
+    while True:
+        values = [scrape(port) for port in ports]
+        if sum(v.get("searchmon_events_read_total", 0) for v in values) == total:
+            time.sleep(1.5)  # nothing is left to move: the next scrapes show the same
+            again = [scrape(port) for port in ports]
+            if [online_counts(v) for v in again] == [online_counts(v) for v in values]:
+                return values
+        assert time.monotonic() < deadline, [v.get("searchmon_events_read_total") for v in values]
+        time.sleep(0.3)
+
+
+def add(left: dict[str, float], right: dict[str, float]) -> dict[str, float]:
+    return {key: left.get(key, 0.0) + right.get(key, 0.0) for key in left.keys() | right.keys()}
