@@ -24,6 +24,7 @@ import pickle
 import signal
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -54,11 +55,11 @@ class StartError(Exception):
     """The daemon refuses to start (the message says why and what to do)."""
 
 
-Record = tuple[str, int, int, bytes | None, bytes | None]
-"""What the consumer hands the state process: topic, partition, offset, key, value."""
+Part = tuple[Key, list[int], list[bytes | None]]
+"""What the consumer hands the state process per partition: its offsets and values."""
 
-Letter = tuple[str, int, int, bytes | None, bytes | None, str, str]
-"""A rejected record going to the dead-letter topic: the record, its reason and detail."""
+Letter = tuple[Key, int, str, str]
+"""A rejected record: partition, offset, reason and detail (the consumer holds the record)."""
 
 Restored = tuple[int | None, bytes, str | None]
 """An acquired partition: the offset its checkpoint reflects (None: no checkpoint), its
@@ -166,26 +167,29 @@ class State:
 
     # --- records and checkpoints -----------------------------------------------------------
 
-    def process(self, records: list[Record], judgments_caught_up: bool) -> list[Letter]:
+    def process(self, parts: list[Part], judgments_caught_up: bool) -> list[Letter]:
         letters: list[Letter] = []
-        offsets = self.offsets
-        units, dirty = self.units, self.dirty
-        for topic, number, offset, record_key, value in records:
-            key = (topic, number)
-            if offset < offsets.get(key, 0):
-                continue  # already reflected in the restored state
+        offsets, units = self.offsets, self.units
+        for key, numbers, values in parts:
             pipeline = units.get(key)
             if pipeline is None:
                 continue  # given up while the batch was on its way; its next owner reads it
-            rejection = pipeline.feed(value if value is not None else b"")
-            if rejection is not None:
-                self.rejections.record(rejection, f"{topic}/{number}@{offset}")
-                letters.append((topic, number, offset, record_key, value,
-                                rejection.reason.value, rejection.detail))
-            offsets[key] = offset + 1
-            dirty.add(key)
+            start = bisect_left(numbers, offsets.get(key, 0))  # below: in the restored state
+            if start == len(numbers):
+                continue
+            feed = pipeline.feed
+            for index in range(start, len(numbers)):
+                value = values[index]
+                rejection = feed(value if value is not None else b"")
+                if rejection is not None:
+                    self.rejections.record(rejection, f"{key[0]}/{key[1]}@{numbers[index]}")
+                    letters.append(
+                        (key, numbers[index], rejection.reason.value, rejection.detail)
+                    )
+            offsets[key] = numbers[-1] + 1
+            self.dirty.add(key)
         offline = self.offline_key()
-        if offline is not None and records:
+        if offline is not None and parts:
             # Partitions are read unevenly: the newest event time of any of them moves the
             # offline clock, and, once no judgment waits in its topic, completes the judged
             # samples that have been quiet long enough.
@@ -194,7 +198,7 @@ class State:
             judged.advance(newest)
             if judgments_caught_up:
                 judged.settle(newest)
-            dirty.add(offline)
+            self.dirty.add(offline)
         return letters
 
     def checkpoint(self, keys: set[Key]) -> tuple[dict[Key, tuple[int, bytes]], float]:
@@ -306,9 +310,11 @@ class Daemon:
         self.dead_lettered = 0
         self.stop = threading.Event()
         self._state: Connection | None = None
-        self._in_flight = False
+        self._in_flight: dict[TopicPartition, list[Any]] | None = None
+        """The batch the state process is working on (its records go to dead letters)."""
         self._fence = _Fence()
         self._restore_after = 0.0
+        self._started: float | None = time.monotonic()
 
     def _open_ledger(self) -> Ledger:
         path = self.config.state.dir / LEDGER_FILE
@@ -481,17 +487,16 @@ class Daemon:
         self, batch: dict[TopicPartition, list[Any]], consumer: KafkaConsumer, waiting: set[Key]
     ) -> None:
         owned = self.owned - waiting
-        records: list[Record] = [
-            (r.topic, r.partition, r.offset, r.key, r.value)
-            for partition, records in batch.items()
-            if (partition.topic, partition.partition) in owned
-            for r in records
-        ]
-        if not records:
+        parts: list[Part] = []
+        for partition, records in batch.items():
+            key = (partition.topic, partition.partition)
+            if key in owned and records:
+                parts.append((key, [r.offset for r in records], [r.value for r in records]))
+        if not parts:
             return
         assert not self._in_flight
-        self._state_send(("batch", records, self._judgments_caught_up(consumer)))
-        self._in_flight = True
+        self._state_send(("batch", parts, self._judgments_caught_up(consumer)))
+        self._in_flight = batch
 
     def _rewind(self, consumer: KafkaConsumer) -> set[Key]:
         """Partitions whose log ends below the offset the state reflects (the topic was
@@ -521,13 +526,20 @@ class Daemon:
             return
         _, letters, offsets = self._expect("processed")
         self.offsets.update((key, offsets[key]) for key in self.owned if key in offsets)
-        self._in_flight = False
-        if producer is not None:
-            for letter in letters:
-                self._dead_letter(producer, letter)
+        batch, self._in_flight = self._in_flight, None
+        if producer is not None and letters and batch is not None:
+            positions: dict[Key, list[int]] = {}
+            for key, offset, reason, detail in letters:
+                records = batch[TopicPartition(*key)]
+                if key not in positions:
+                    positions[key] = [r.offset for r in records]
+                record = records[bisect_left(positions[key], offset)]
+                self._dead_letter(producer, record, reason, detail)
 
-    def _dead_letter(self, producer: KafkaProducer, letter: Letter) -> None:
-        topic, number, offset, key, value, reason, detail = letter
+    def _dead_letter(self, producer: KafkaProducer, record: Any, reason: str, detail: str) -> None:
+        topic, number, offset, key, value = (
+            record.topic, record.partition, record.offset, record.key, record.value
+        )
         headers = [
             ("searchmon.reason", reason.encode()),
             ("searchmon.detail", detail[:500].encode()),
@@ -550,13 +562,22 @@ class Daemon:
     def _measure_lag(self, consumer: KafkaConsumer) -> None:
         # The fetch highwater mark: a ListOffsets(latest) request is not needed, and some
         # Kafka-compatible brokers answer it imprecisely.
+        complete = bool(self.owned)
         for partition in consumer.assignment():
             highwater = consumer.highwater(partition)
-            if highwater is not None:
-                key = (partition.topic, partition.partition)
-                self.lag[key] = max(0, highwater - self.offsets.get(key, 0))
+            key = (partition.topic, partition.partition)
+            if highwater is None:
+                complete = False
+                continue
+            self.lag[key] = lag = max(0, highwater - self.offsets.get(key, 0))
+            complete = complete and lag == 0
+        if complete and self._started is not None:
+            log.info("caught up: every partition read to its end, %.1f s after start",
+                     time.monotonic() - self._started)
+            self._started = None  # said once
 
     def _checkpoint(self, consumer: KafkaConsumer, producer: KafkaProducer | None) -> None:
+        """Make the state durable, export it, then commit its offsets."""
         self._settle(producer)
         if producer is not None:
             try:
@@ -564,6 +585,9 @@ class Daemon:
             except KafkaError as error:
                 log.warning("dead letters not yet delivered (%s): checkpoint postponed", error)
                 return
+        # A rebalance waits for a checkpoint in progress, and the partitions it revokes are
+        # never written again (their next owner may be restoring them). Nothing in here
+        # needs the consumer's I/O thread, which the rebalance listener may be holding up.
         with self._fence.lock:
             assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
             keys = (self.owned & assigned) - self._fence.revoked
@@ -571,9 +595,8 @@ class Daemon:
         if answer is None:
             return
         _, written, self.checkpoint_time = answer
-        for key, (offset, view) in written.items():
+        for key, (_, view) in written.items():
             self.ledger.update(key, pickle.loads(view))
-            self.offsets[key] = offset
         checkpoint.write_file(
             self.config.state.dir / LEDGER_FILE, checkpoint.encode(self.ledger)
         )
@@ -581,6 +604,7 @@ class Daemon:
         offsets = {
             TopicPartition(*key): OffsetAndMetadata(offset, "", -1)
             for key, (offset, _) in written.items()
+            if key in self.owned
         }
         if offsets:
             try:  # bounded: while the brokers are away the loop must keep going
