@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import re
 import subprocess
 import sys
@@ -35,7 +36,19 @@ from tests.broker import FAST_GROUP, Broker, free_port
 TOPIC = "search-events"
 
 
-def bare_consumer(broker: Broker, total: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def bare_consumer(broker: Broker, total: int, cpu: dict[str, float]) -> float:
+    assert broker.process is not None
+    broker_cpu, own_cpu = cpu_seconds(broker.process.pid), time.process_time()
     start = time.perf_counter()
     consumer = KafkaConsumer(
         TOPIC, bootstrap_servers=broker.address, group_id=f"bare-{time.time()}",
@@ -46,11 +59,13 @@ def bare_consumer(broker: Broker, total: int) -> float:
         for records in consumer.poll(timeout_ms=500, max_records=5000).values():
             seen += len(records)
     elapsed = time.perf_counter() - start
+    cpu["bare consumer"] = time.process_time() - own_cpu
+    cpu["broker (bare)"] = cpu_seconds(broker.process.pid) - broker_cpu
     consumer.close()
     return elapsed
 
 
-def daemon(broker: Broker, directory: Path) -> float:
+def daemon(broker: Broker, directory: Path, cpu: dict[str, float]) -> float:
     port = free_port()
     config = directory / "searchmon.toml"
     config.write_text(
@@ -59,6 +74,8 @@ def daemon(broker: Broker, directory: Path) -> float:
         + f'[http]\nlisten = "127.0.0.1:{port}"\n'
         f'[state]\ndir = "{directory / "state"}"\n'
     )
+    assert broker.process is not None
+    broker_cpu = cpu_seconds(broker.process.pid)
     start = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "monitor", "run", "--config", str(config)],
@@ -69,6 +86,9 @@ def daemon(broker: Broker, directory: Path) -> float:
         for line in process.stderr:
             if "caught up: every partition read to its end" in line:
                 elapsed = time.perf_counter() - start
+                cpu["daemon: consumer process"] = cpu_seconds(process.pid)
+                cpu["daemon: state process"] = sum(map(cpu_seconds, children(process.pid)))
+                cpu["broker (daemon)"] = cpu_seconds(broker.process.pid) - broker_cpu
                 break
         else:
             raise RuntimeError("the daemon stopped before catching up")
@@ -106,15 +126,19 @@ def main() -> None:
         stream = events(world, Traffic(seed=21, sessions_per_second=50.0, duration=1e9))
         messages = ((key.encode(), line) for _, key, line in stream)
         produced = broker.produce(TOPIC, itertools.islice(messages, args.events))
-        base_s = bare_consumer(broker, produced)
+        cpu: dict[str, float] = {}
+        base_s = bare_consumer(broker, produced, cpu)
         with tempfile.TemporaryDirectory() as tmp:
-            ours_s = daemon(broker, Path(tmp))
+            ours_s = daemon(broker, Path(tmp), cpu)
     finally:
         broker.stop()
     print(f"kafka bench: {produced} events, 4 partitions, local broker")
     print(f"  bare kafka-python consumer:  {produced / base_s:10,.0f} events/s ({base_s:.1f} s)")
     print(f"  searchmon run (daemon):      {produced / ours_s:10,.0f} events/s ({ours_s:.1f} s)")
     print(f"  ratio ours / bare consumer:  {base_s / ours_s:10.2f}  (target >= 0.8)")
+    print(f"  CPU seconds (joining included; {os.cpu_count()} cores shared with the broker):")
+    for name, seconds in cpu.items():
+        print(f"    {name:26} {seconds:5.2f} s  ({seconds / produced * 1e6:4.1f} us/event)")
 
 
 if __name__ == "__main__":
