@@ -1,0 +1,153 @@
+"""Where partitions' state lives between owners: the changelog store against a real broker,
+the directory store, and the ledger that keeps a replica's exported counters monotonic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Unit, decode_unit, encode
+from monitor.config import Config
+from monitor.merge import Ledger, counters_of
+from monitor.pipeline import Pipeline
+from tests.broker import Broker
+from tests.events import query
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    running = Broker().start()
+    yield running
+    running.stop()
+
+
+def kafka_config(broker: Broker, **state: object) -> Config:
+    return Config.model_validate({
+        "kafka": {"bootstrap_servers": [broker.address], "group_id": f"g-{uuid.uuid4().hex}"},
+        "state": {"store": "kafka", "changelog_replication_factor": 1, "chunk_bytes": 1024,
+                  **state},
+    })
+
+
+def pipeline_with(queries: int) -> Pipeline:
+    pipeline = Pipeline(Config())
+    for i in range(queries):
+        assert pipeline.feed(query(f"e{i}", float(i), f"s{i}", f"q{i}")) is None
+    return pipeline
+
+
+def test_changelog_round_trip_in_chunks_and_generations(broker: Broker) -> None:
+    config = kafka_config(broker)
+    store = KafkaStore(config)
+    big = encode(Unit(pipeline_with(200), 200, 1.0, "r1"))
+    assert len(big) > 10 * config.state.chunk_bytes
+    store.load({("events", 0)})  # creates the topic
+    store.save({("events", 0): big, ("events", 1): encode(Unit(pipeline_with(1), 1))})
+    store.save({("events", 0): encode(Unit(pipeline_with(300), 300, 2.0, "r1"))})
+    store.close()
+    other = KafkaStore(config)  # another replica
+    found = other.load({("events", 0), ("events", 1), ("events", 2)})
+    assert set(found) == {("events", 0), ("events", 1)}
+    unit = decode_unit(found[("events", 0)], "test")
+    assert (unit.offset, unit.writer, unit.pipeline.health.accepted) == (300, "r1", 300)
+    assert decode_unit(found[("events", 1)], "test").offset == 1
+    other.close()
+
+
+def test_an_interrupted_write_leaves_the_previous_checkpoint(broker: Broker) -> None:
+    config = kafka_config(broker)
+    store = KafkaStore(config)
+    store.load(set())
+    store.save({("events", 0): encode(Unit(pipeline_with(5), 5))})
+    store.close()
+    # chunks of a newer generation whose manifest never came (the writer died)
+    producer = KafkaProducer(bootstrap_servers=broker.address)
+    topic = f"{config.kafka.group_id}-changelog"
+    producer.send(topic, key=b"c/events/0/deadbeef/0", value=b"half a checkpoint")
+    producer.flush()
+    producer.close()
+    found = KafkaStore(config).load({("events", 0)})
+    assert decode_unit(found[("events", 0)], "test").offset == 5
+
+
+def test_a_missing_chunk_is_reported(broker: Broker) -> None:
+    config = kafka_config(broker)
+    store = KafkaStore(config)
+    store.load(set())
+    store.save({("events", 0): encode(Unit(pipeline_with(50), 50))})
+    generation, _ = store.generations[("events", 0)]
+    store.close()
+    producer = KafkaProducer(bootstrap_servers=broker.address)
+    topic = f"{config.kafka.group_id}-changelog"
+    producer.send(topic, key=f"c/events/0/{generation}/1".encode(), value=None)  # compacted away
+    producer.flush()
+    producer.close()
+    with pytest.raises(CheckpointError, match="missing 1 of its"):
+        KafkaStore(config).load({("events", 0)})
+
+
+def test_the_directory_store_keeps_partitions_given_up(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    store.save({("events", 0): encode(Unit(pipeline_with(1), 1)),
+                ("events", 1): encode(Unit(pipeline_with(2), 2))})
+    store.save({("events", 0): encode(Unit(pipeline_with(3), 3))})
+    again = DirStore(tmp_path).load({("events", 0), ("events", 1)})
+    assert {k: decode_unit(v, "t").offset for k, v in again.items()} == {
+        ("events", 0): 3, ("events", 1): 2,
+    }
+    (tmp_path / "checkpoint.bin").write_bytes(b"searchmon-checkpoint 2\n00\nxx")
+    with pytest.raises(CheckpointError, match="checksum"):
+        DirStore(tmp_path)
+
+
+def accepted(ledger: Ledger, owned: set[tuple[str, int]]) -> int:
+    return ledger.exported(owned, None).health.accepted
+
+
+def test_ledgers_count_every_event_once_while_a_partition_moves() -> None:
+    """Replica A counts partition 0 up to 10 events, B takes it over from A's checkpoint and
+    counts 5 more, then A gets it back from B's checkpoint: each replica's export only grows
+    and the two add up to the 15 events."""
+    config = Config()
+    a, b = Ledger(config), Ledger(config)
+    key = ("events", 0)
+    a.acquire(key, counters_of(pipeline_with(0)), None)
+    a.update(key, counters_of(pipeline_with(10)))
+    assert accepted(a, {key}) == 10
+    a.release(key)  # revoked
+    b.acquire(key, counters_of(pipeline_with(10)), a.replica)
+    assert (accepted(a, set()), accepted(b, {key})) == (10, 0)
+    b.update(key, counters_of(pipeline_with(15)))
+    assert accepted(a, set()) + accepted(b, {key}) == 15
+    a.acquire(key, counters_of(pipeline_with(15)), b.replica)
+    a.update(key, counters_of(pipeline_with(18)))
+    b.release(key)
+    assert (accepted(a, {key}), accepted(b, set())) == (13, 5)  # 10 + 3, and 5: 18 in all
+
+
+def test_a_replica_restarting_on_its_own_checkpoint_continues_its_counters() -> None:
+    config = Config()
+    ledger = Ledger(config)
+    key = ("events", 0)
+    ledger.acquire(key, counters_of(pipeline_with(0)), None)
+    ledger.update(key, counters_of(pipeline_with(7)))
+    restarted = pickle_round_trip(ledger)
+    assert accepted(restarted, set()) == 7, "before the partition is restored"
+    restarted.acquire(key, counters_of(pipeline_with(9)), ledger.replica)
+    assert accepted(restarted, {key}) == 9
+    # the same partition restored from a checkpoint another replica wrote meanwhile
+    moved = pickle_round_trip(ledger)
+    moved.acquire(key, counters_of(pipeline_with(20)), "another replica")
+    assert accepted(moved, {key}) == 7, "what the other replica counted is its to export"
+
+
+def pickle_round_trip(ledger: Ledger) -> Ledger:
+    import pickle
+
+    restored = pickle.loads(pickle.dumps(ledger))
+    assert isinstance(restored, Ledger)
+    return restored
