@@ -3,6 +3,7 @@ dead letters with their headers, a clean SIGTERM, and a corrupt checkpoint refus
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import signal
@@ -337,3 +338,65 @@ def wait_until_shared(ports: list[int], total: int) -> list[dict[str, float]]:
 
 def add(left: dict[str, float], right: dict[str, float]) -> dict[str, float]:
     return {key: left.get(key, 0.0) + right.get(key, 0.0) for key in left.keys() | right.keys()}
+
+
+def judgment(sample: str, query: int, at: float, good: bool) -> bytes:
+    relevant = [f"d{query}-{i}" for i in range(3)]
+    ranking = relevant + [f"x{query}-{i}" for i in range(7)]
+    return json.dumps({
+        "type": "judgment", "sample_id": sample, "timestamp": int((1.79e9 + at) * 1000),
+        "query_id": f"{sample}-{query}", "query_text": f"query number {query}",
+        "query_class": "navigational", "ranking": ranking if good else ranking[::-1],
+        "labels": dict.fromkeys(relevant, 2),
+    }).encode()
+
+
+def test_the_judged_samples_follow_their_partition_to_the_survivor(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Two replicas: one owns the judgments partition and alone exports the offline means;
+    killed, the survivor restores it and judges the next sample against the first one, which
+    it only knows from the checkpoint."""
+    broker.create_topics({"judged-events": 2, "judged-judgments": 1})
+    broker.produce("judged-judgments", [(b"s1", judgment("s1", q, q, True)) for q in range(30)])
+    group = f"g-{uuid.uuid4().hex}"
+    kafka = 'events_topic = "judged-events"\njudgments_topic = "judged-judgments"\n'
+    state = 'store = "kafka"\nchangelog_replication_factor = 1\n[offline]\nsample_size = 30\n'
+    ports = [free_port(), free_port()]
+    daemons = [
+        start_daemon(tmp_path / name, broker, group, port, kafka, state)
+        for name, port in zip("ab", ports, strict=True)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            values = [scrape(port) for port in ports]
+            owners = [i for i, v in enumerate(values) if any(
+                k.startswith("search_judged_score_mean{") for k in v
+            )]
+            if sum(v.get("searchmon_judged_messages_total", 0) for v in values) == 30 and owners:
+                break
+            assert time.monotonic() < deadline, values
+            time.sleep(0.3)
+        assert len(owners) == 1, "one replica exports the offline state"
+        owner, survivor = owners[0], 1 - owners[0]
+        last = values[owner]
+        daemons[owner].send_signal(signal.SIGKILL)
+        daemons[owner].wait(timeout=10)
+        broker.produce(
+            "judged-judgments", [(b"s2", judgment("s2", q, 100 + q, False)) for q in range(30)]
+        )
+        flag = 'search_judged_regression{measure="nDCG@10",query_class="navigational"}'
+        deadline = time.monotonic() + 120
+        while (now := scrape(ports[survivor])).get(flag) != 1.0:
+            assert time.monotonic() < deadline, {k: v for k, v in now.items() if "judged" in k}
+            time.sleep(0.3)
+        assert last["searchmon_judged_messages_total"] + now[
+            "searchmon_judged_messages_total"
+        ] == 60, "every judgment counted once across the two replicas"
+        assert now['search_judged_delta{measure="nDCG@10",query_class="navigational"}'] < -0.3
+    finally:
+        for daemon in daemons:
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+            daemon.communicate(timeout=30)
