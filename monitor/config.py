@@ -239,6 +239,11 @@ class Config(Section):
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
 
+    def without_connections(self) -> Config:
+        """This configuration with the defaults for ``[kafka]`` and ``[http]``: what state
+        written to disk or to a topic may keep (never a password or a key file's path)."""
+        return self.model_copy(update={"kafka": KafkaConfig(), "http": HttpConfig()})
+
 
 class ConfigError(Exception):
     """A configuration that cannot be used; ``problems`` has one line per error."""

@@ -55,6 +55,10 @@ class StartError(Exception):
     """The daemon refuses to start (the message says why and what to do)."""
 
 
+class _Failed(Exception):
+    """The state process could not reach Kafka for a command (it can be tried again)."""
+
+
 Part = tuple[Key, list[int], list[bytes | None]]
 """What the consumer hands the state process per partition: its offsets and values."""
 
@@ -82,7 +86,6 @@ class State:
         self.units: dict[Key, Pipeline] = {}
         self.offsets: dict[Key, int] = {}
         self.dirty: set[Key] = set()
-        self.checkpoint_time: float | None = None
         self.rejections = RejectionLog(config.input.rejection_log_limit)
         self.store: Store
         if config.state.store == "kafka":
@@ -110,7 +113,6 @@ class State:
                 pipeline, offset, writer = Pipeline(self.config), None, None
             else:
                 pipeline, offset, writer = unit.pipeline, unit.offset, unit.writer
-                self.checkpoint_time = max(self.checkpoint_time or 0.0, unit.written_at)
                 log.info("%s/%d: restored its checkpoint at offset %d", *key, offset)
             self.units[key] = pipeline
             self.offsets[key] = offset or 0
@@ -211,7 +213,6 @@ class State:
             for key in sorted(changed)
         })
         self.dirty -= changed
-        self.checkpoint_time = written_at
         return {
             key: (self.offsets[key], pickle.dumps(counters_of(self.units[key]), protocol=5))
             for key in changed
@@ -624,10 +625,13 @@ class Daemon:
         self._state.send(message)
 
     def _expect(self, kind: str) -> tuple[Any, ...]:
+        """The state process's next answer, which must be ``kind``."""
         assert self._state is not None
         answer: tuple[Any, ...] = self._state.recv()
         if answer[0] == "error":
             raise StartError(answer[1])
+        if answer[0] == "failed":
+            raise _Failed(answer[1])
         if answer[0] != kind:
             raise RuntimeError(f"the state process answered {answer[0]!r}, not {kind!r}")
         return answer
@@ -636,16 +640,11 @@ class Daemon:
         """A command whose answer may be a Kafka failure (None, logged: try again later)."""
         assert not self._in_flight
         self._state_send(message)
-        assert self._state is not None
-        answer: tuple[Any, ...] = self._state.recv()
-        if answer[0] == "failed":
-            log.warning("%s failed: %s", message[0], answer[1])
+        try:
+            return self._expect(kind)
+        except _Failed as failure:
+            log.warning("%s failed: %s", message[0], failure)
             return None
-        if answer[0] == "error":
-            raise StartError(answer[1])
-        if answer[0] != kind:
-            raise RuntimeError(f"the state process answered {answer[0]!r}, not {kind!r}")
-        return answer
 
     # --- health -----------------------------------------------------------------------------
 

@@ -83,6 +83,9 @@ class Ledger:
     views: dict[Key, Pipeline] = field(default_factory=dict)
     """The newest durable view of each partition owned (or owned before a restart)."""
 
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "config": self.config.without_connections()}
+
     def acquire(self, key: Key, view: Pipeline, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:
             self.release(key)  # another replica counted it meanwhile: ours stays as it was

@@ -151,3 +151,17 @@ def pickle_round_trip(ledger: Ledger) -> Ledger:
     restored = pickle.loads(pickle.dumps(ledger))
     assert isinstance(restored, Ledger)
     return restored
+
+
+def test_no_secret_is_written_with_the_state(tmp_path: Path) -> None:
+    config = Config.model_validate({"kafka": {
+        "sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "hunter2-secret",
+        "ssl_keyfile": "/etc/secret/key.pem",
+    }})
+    pipeline = Pipeline(config)
+    ledger = Ledger(config)
+    ledger.acquire(("events", 0), counters_of(pipeline), None)
+    for data in (encode(Unit(pipeline, 0)), encode(ledger)):
+        assert b"hunter2-secret" not in data and b"/etc/secret" not in data
+    restored = decode_unit(encode(Unit(pipeline, 0)), "test").pipeline
+    assert restored.config.sessions == config.sessions
