@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -86,6 +86,10 @@ class State:
         self.units: dict[Key, Pipeline] = {}
         self.offsets: dict[Key, int] = {}
         self.dirty: set[Key] = set()
+        self.offline: Key | None = None
+        """The judgments partition whose offline state the others join (``_join``)."""
+        self.checked: dict[Key, Unit] = {}
+        """Checkpoints decoded and checked at start (one replica), until assigned."""
         self.rejections = RejectionLog(config.input.rejection_log_limit)
         self.store: Store
         if config.state.store == "kafka":
@@ -100,12 +104,13 @@ class State:
                 log.warning("discarded unusable checkpoint, kept as %s", aside)
                 self.store = DirStore(config.state.dir)
             # one replica: every checkpoint is checked at start, before any partition arrives
-            self._decode(self.store.load(set(self.store.units)))
+            self.checked = self._decode(self.store.load(set(self.store.units)))
 
     # --- partitions come and go ------------------------------------------------------------
 
     def assign(self, keys: set[Key]) -> dict[Key, Restored]:
-        restored = self._decode(self.store.load(keys - self.units.keys()))
+        restored = {key: self.checked.pop(key) for key in keys if key in self.checked}
+        restored |= self._decode(self.store.load(keys - self.units.keys() - restored.keys()))
         answers: dict[Key, Restored] = {}
         for key in sorted(keys - self.units.keys()):
             unit = restored.get(key)
@@ -158,14 +163,10 @@ class State:
 
     def _join(self) -> None:
         """Point every partition's live queries at the offline state owned here, if any."""
-        offline = self.offline_key()
-        owner = self.units[offline] if offline is not None else None
+        self.offline = offline_key(self.units, self.config)
+        owner = self.units[self.offline] if self.offline is not None else None
         for key, pipeline in self.units.items():
-            pipeline.join = pipeline if key == offline else owner
-
-    def offline_key(self) -> Key | None:
-        topic = self.config.kafka.judgments_topic
-        return min((key for key in self.units if key[0] == topic), default=None)
+            pipeline.join = pipeline if key == self.offline else owner
 
     # --- records and checkpoints -----------------------------------------------------------
 
@@ -190,7 +191,7 @@ class State:
                     )
             offsets[key] = numbers[-1] + 1
             self.dirty.add(key)
-        offline = self.offline_key()
+        offline = self.offline
         if offline is not None and parts:
             # Partitions are read unevenly: the newest event time of any of them moves the
             # offline clock, and, once no judgment waits in its topic, completes the judged
@@ -217,6 +218,12 @@ class State:
             key: (self.offsets[key], pickle.dumps(counters_of(self.units[key]), protocol=5))
             for key in changed
         }, written_at
+
+
+def offline_key(keys: Iterable[Key], config: Config) -> Key | None:
+    """The judgments partition holding the offline state: the lowest-numbered one owned."""
+    topic = config.kafka.judgments_topic
+    return min((key for key in keys if key[0] == topic), default=None)
 
 
 def _refusal(problem: str) -> str:
@@ -614,9 +621,7 @@ class Daemon:
                 log.warning("offset commit failed: %s", error)
 
     def _export(self) -> None:
-        topic = self.config.kafka.judgments_topic
-        offline = min((key for key in self.owned if key[0] == topic), default=None)
-        self.exported = self.ledger.exported(self.owned, offline)
+        self.exported = self.ledger.exported(self.owned, offline_key(self.owned, self.config))
 
     # --- the state process ------------------------------------------------------------------
 

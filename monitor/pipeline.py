@@ -133,9 +133,7 @@ class Pipeline:
             )
             join = self.join
             if join is not None and join.judged.active:
-                join.live_query(
-                    time, self.classes.names[klass], event["query_text"], event["result_ids"]
-                )
+                join.live_query(self, klass, time, event["query_text"], event["result_ids"])
         elif kind == "click":
             sessions.on_click(
                 session, event["query_id"], time, event["position"], event.get("dwell_ms")
@@ -189,17 +187,20 @@ class Pipeline:
         judged.advance(time)
         return None
 
-    def live_query(self, time: float, name: str, text: str, results: list[str]) -> None:
-        """A live query of a pipeline joined to this one's offline state (or its own)."""
-        klass = self._class_index.get(name)
-        if klass is None:
+    def live_query(
+        self, source: Pipeline, klass: int, time: float, text: str, results: list[str]
+    ) -> None:
+        """A live query of ``source`` (joined to this pipeline's offline state, or this one),
+        whose class index ``klass`` is in ``source``'s classes."""
+        if source is not self:
+            name = source.classes.names[klass]
             klass = self.classes.classify(name, text)
             self._grow()
         self.judged.live_query(time, klass, text, results)
         self.judged.advance(time)
 
     def _grow(self) -> None:
-        """Counters for every class known (other pipelines may have added some)."""
+        """Counters for every class known (classifying judged or joined queries may add some)."""
         while len(self.counters.queries) < len(self.classes.names):
             self.counters.add_class()
 

@@ -292,14 +292,7 @@ def test_two_replicas_split_the_partitions_and_the_survivor_takes_over(
     ]
     first, rest = stream[: len(stream) // 2], stream[len(stream) // 2:]
     broker.produce("replicated-events", first)
-    group = f"g-{uuid.uuid4().hex}"
-    kafka = 'events_topic = "replicated-events"\njudgments_topic = "replicated-judgments"\n'
-    state = 'store = "kafka"\nchangelog_replication_factor = 1\n'
-    ports = [free_port(), free_port()]
-    daemons = [
-        start_daemon(tmp_path / name, broker, group, port, kafka, state)
-        for name, port in zip("ab", ports, strict=True)
-    ]
+    daemons, ports = start_replicas(tmp_path, broker, "replicated")
     try:
         a, b = wait_until_shared(ports, len(first))
         assert 0 < a["searchmon_events_read_total"] < len(first), "both replicas have a share"
@@ -315,11 +308,34 @@ def test_two_replicas_split_the_partitions_and_the_survivor_takes_over(
         assert add(online_counts(a), online_counts(survivor)) == want
         assert all(survivor[k] >= b[k] for k in online_counts(b)), "counters never go back"
     finally:
-        for daemon in daemons:
-            if daemon.poll() is None:
-                daemon.send_signal(signal.SIGTERM)
-            _, err = daemon.communicate(timeout=30)
-    assert daemons[1].returncode == 0, err
+        errors = stop_all(daemons)
+    assert daemons[1].returncode == 0, errors[1]
+
+
+def start_replicas(
+    tmp: Path, broker: Broker, prefix: str, more: str = ""
+) -> tuple[list[subprocess.Popen[str]], list[int]]:
+    """Two daemons in one fresh group over ``<prefix>-events`` and ``<prefix>-judgments``,
+    their checkpoints in the changelog topic; ``more`` ends their configuration."""
+    group = f"g-{uuid.uuid4().hex}"
+    kafka = f'events_topic = "{prefix}-events"\njudgments_topic = "{prefix}-judgments"\n'
+    state = f'store = "kafka"\nchangelog_replication_factor = 1\n{more}'
+    ports = [free_port(), free_port()]
+    daemons = [
+        start_daemon(tmp / name, broker, group, port, kafka, state)
+        for name, port in zip("ab", ports, strict=True)
+    ]
+    return daemons, ports
+
+
+def stop_all(daemons: list[subprocess.Popen[str]]) -> list[str]:
+    """SIGTERM to those still running; returns each one's stderr."""
+    errors = []
+    for daemon in daemons:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+        errors.append(daemon.communicate(timeout=30)[1])
+    return errors
 
 
 def wait_until_shared(ports: list[int], total: int) -> list[dict[str, float]]:
@@ -359,14 +375,7 @@ def test_the_judged_samples_follow_their_partition_to_the_survivor(
     it only knows from the checkpoint."""
     broker.create_topics({"judged-events": 2, "judged-judgments": 1})
     broker.produce("judged-judgments", [(b"s1", judgment("s1", q, q, True)) for q in range(30)])
-    group = f"g-{uuid.uuid4().hex}"
-    kafka = 'events_topic = "judged-events"\njudgments_topic = "judged-judgments"\n'
-    state = 'store = "kafka"\nchangelog_replication_factor = 1\n[offline]\nsample_size = 30\n'
-    ports = [free_port(), free_port()]
-    daemons = [
-        start_daemon(tmp_path / name, broker, group, port, kafka, state)
-        for name, port in zip("ab", ports, strict=True)
-    ]
+    daemons, ports = start_replicas(tmp_path, broker, "judged", "[offline]\nsample_size = 30\n")
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -396,7 +405,4 @@ def test_the_judged_samples_follow_their_partition_to_the_survivor(
         ] == 60, "every judgment counted once across the two replicas"
         assert now['search_judged_delta{measure="nDCG@10",query_class="navigational"}'] < -0.3
     finally:
-        for daemon in daemons:
-            if daemon.poll() is None:
-                daemon.send_signal(signal.SIGTERM)
-            daemon.communicate(timeout=30)
+        stop_all(daemons)
