@@ -256,6 +256,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    tune_for_throughput()  # kafka-python's records, as the pipeline's events
     try:
         daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
         daemon.install_signal_handlers()

@@ -392,9 +392,10 @@ class Daemon:
                         self.stop.wait(backoff)
                         backoff = min(backoff * 2, 30.0)
                         continue
-                try:
+                try:  # with a batch in flight, its answer is not to wait for new records
                     batch = consumer.poll(
-                        timeout_ms=500, max_records=self.config.kafka.max_poll_records
+                        timeout_ms=0 if self._in_flight else 500,
+                        max_records=self.config.kafka.max_poll_records,
                     )
                 except KafkaError as error:
                     log.warning("poll failed: %s", error)
