@@ -392,11 +392,8 @@ class Daemon:
                         self.stop.wait(backoff)
                         backoff = min(backoff * 2, 30.0)
                         continue
-                try:  # with a batch in flight, its answer is not to wait for new records
-                    batch = consumer.poll(
-                        timeout_ms=0 if self._in_flight else 500,
-                        max_records=self.config.kafka.max_poll_records,
-                    )
+                try:
+                    batch = self._poll(consumer)
                 except KafkaError as error:
                     log.warning("poll failed: %s", error)
                     batch = {}
@@ -448,6 +445,21 @@ class Daemon:
         self.connected = True
         log.info("connected to %s, group %s", ",".join(kafka.bootstrap_servers), kafka.group_id)
         return consumer, producer
+
+    def _poll(self, consumer: KafkaConsumer) -> dict[TopicPartition, list[Any]]:
+        """The next records. With a batch in flight: as soon as records come (decoded while
+        the state process works) or its answer does (not waiting out a poll at the end of
+        the logs), whichever is first."""
+        limit = self.config.kafka.max_poll_records
+        batch: dict[TopicPartition, list[Any]]
+        if not self._in_flight:
+            batch = consumer.poll(timeout_ms=500, max_records=limit)
+            return batch
+        assert self._state is not None
+        while True:
+            batch = consumer.poll(timeout_ms=5, max_records=limit)
+            if batch or self._state.poll(0):
+                return batch
 
     def _follow_assignment(
         self, consumer: KafkaConsumer, batch: dict[TopicPartition, list[Any]]
