@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
 
 from monitor.config import Config, parse_config
 from monitor.events import Reason
+from monitor.generate import Traffic, World, events
+from monitor.online import Session
 from monitor.pipeline import Pipeline
 from monitor.replay import report
 from tests.events import click, conversion, dwell, query
@@ -199,3 +202,31 @@ def test_clicks_on_forgotten_or_unknown_queries_count_under_the_session_class() 
     assert pipeline.counters.clicks[news] == 1
     assert pipeline.counters.clicked_queries[news] == 0
     assert pipeline.sessions.unmatched_clicks == 1
+
+
+def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped() -> None:
+    """Checkpoints keep the open sessions as columns: every field, recent queries included,
+    must come back, so the rest of the stream counts the same."""
+    world = World.build(5)
+    stream = [line for _, _, line in events(world, Traffic(seed=5, duration=600.0))]
+    half = len(stream) // 2
+    uninterrupted, first = Pipeline(CONFIG), Pipeline(CONFIG)
+    for line in stream[:half]:
+        uninterrupted.feed(line)
+        first.feed(line)
+    assert any(s.older for s in first.sessions.open.values()), "no session with older queries"
+    restored: Pipeline = pickle.loads(pickle.dumps(first, protocol=5))
+
+    def fields(pipeline: Pipeline) -> dict[str, tuple[Any, ...]]:
+        return {
+            key: tuple(getattr(session, name) for name in Session.__slots__)
+            for key, session in pipeline.sessions.open.items()
+        }
+
+    assert fields(restored) == fields(first)
+    for line in stream[half:]:
+        uninterrupted.feed(line)
+        restored.feed(line)
+    uninterrupted.close()
+    restored.close()
+    assert report(restored) == report(uninterrupted)
