@@ -25,12 +25,12 @@ import signal
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import IllegalStateError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
@@ -486,18 +486,20 @@ class Daemon:
             for tp, records in batch.items() if (tp.topic, tp.partition) in new and records
         }
         for key, first in firsts.items():  # not read yet, as far as the state knows
-            consumer.seek(TopicPartition(*key), first)
+            _if_assigned(consumer.seek, TopicPartition(*key), first)
         partitions = [TopicPartition(*key) for key in new]
         answer = self._request(("assign", new), "assigned")
         if answer is None:
-            consumer.pause(*partitions)
+            for partition in partitions:
+                _if_assigned(consumer.pause, partition)
             self._restore_after = time.monotonic() + 2.0
             return new
-        consumer.resume(*partitions)
+        for partition in partitions:
+            _if_assigned(consumer.resume, partition)
         for key, (offset, view, writer) in answer[1].items():
             self.ledger.acquire(key, pickle.loads(view), writer)
             if offset is not None:  # the checkpoint, not the committed offset, is the truth
-                consumer.seek(TopicPartition(*key), offset)
+                _if_assigned(consumer.seek, TopicPartition(*key), offset)
                 self.offsets[key] = offset
         self.owned |= new
         self._export()
@@ -525,7 +527,7 @@ class Daemon:
         rewound = set()
         for partition in consumer.assignment():
             key = (partition.topic, partition.partition)
-            highwater = consumer.highwater(partition)
+            highwater = _highwater(consumer, partition)
             if key in self.owned and highwater is not None and highwater < self.offsets.get(
                 key, 0
             ):
@@ -534,7 +536,7 @@ class Daemon:
                     "recreated or truncated, reading it from its start",
                     *key, highwater, self.offsets[key],
                 )
-                consumer.seek_to_beginning(partition)
+                _if_assigned(consumer.seek_to_beginning, partition)
                 self.offsets[key] = 0
                 rewound.add(key)
         if rewound:
@@ -574,7 +576,7 @@ class Daemon:
     def _judgments_caught_up(self, consumer: KafkaConsumer) -> bool:
         topic = self.config.kafka.judgments_topic
         owned = [tp for tp in consumer.assignment() if tp.topic == topic]
-        marks = [(tp, consumer.highwater(tp)) for tp in owned]
+        marks = [(tp, _highwater(consumer, tp)) for tp in owned]
         return bool(marks) and all(
             mark is not None and self.offsets.get((topic, tp.partition), 0) >= mark
             for tp, mark in marks
@@ -585,7 +587,7 @@ class Daemon:
         # Kafka-compatible brokers answer it imprecisely.
         complete = bool(self.owned)
         for partition in consumer.assignment():
-            highwater = consumer.highwater(partition)
+            highwater = _highwater(consumer, partition)
             key = (partition.topic, partition.partition)
             if highwater is None:
                 complete = False
@@ -679,6 +681,23 @@ class Daemon:
 
 def _names(keys: set[Key]) -> str:
     return ", ".join(f"{topic}/{number}" for topic, number in sorted(keys))
+
+
+def _if_assigned(call: Callable[..., object], *arguments: object) -> None:
+    """``call(*arguments)``, a consumer method on partitions, unless one of them was revoked
+    meanwhile: kafka-python changes the assignment on its own thread at any moment (such a
+    partition is given up at the next ``_follow_assignment``)."""
+    with contextlib.suppress(ValueError, KeyError):  # seek: ValueError; pause: KeyError
+        call(*arguments)
+
+
+def _highwater(consumer: KafkaConsumer, partition: TopicPartition) -> int | None:
+    """The fetch highwater mark; None when unknown, or when the partition was revoked."""
+    try:
+        highwater: int | None = consumer.highwater(partition)
+    except IllegalStateError:
+        return None
+    return highwater
 
 
 def _connection_count(consumer: KafkaConsumer) -> float:

@@ -98,7 +98,13 @@ def _handler(registry: CollectorRegistry, ready: Readiness) -> type[BaseHTTPRequ
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._reply(200, encoder(registry), content_type)
+                try:
+                    body = encoder(registry)
+                except Exception as error:  # a scrape must say it failed, and the log why
+                    log.exception("collecting /metrics failed")
+                    self._reply(500, f"collecting metrics failed: {error!r}\n".encode())
+                    return
+                self._reply(200, body, content_type)
             elif path == "/healthz":
                 self._reply(200, b"ok\n")
             elif path == "/readyz":

@@ -16,10 +16,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config
+from monitor.http import MetricsServer
 from monitor.metrics import PipelineCollector
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import replay
@@ -123,3 +125,21 @@ def test_replay_of_a_missing_file_exits_2(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and "cannot read" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+class Broken:
+    def collect(self) -> list[object]:
+        raise ValueError("no figures today")
+
+
+def test_a_failing_collector_answers_500_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    registry = CollectorRegistry()
+    registry.register(Broken())  # type: ignore[arg-type]
+    server = MetricsServer(("127.0.0.1", 0), registry).start()
+    try:
+        status, body = get(f"http://127.0.0.1:{server.port}/metrics")
+        assert get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200
+    finally:
+        server.close()
+    assert status == 500 and "no figures today" in body
+    assert "collecting /metrics failed" in caplog.text and "ValueError" in caplog.text
