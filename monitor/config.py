@@ -239,10 +239,13 @@ class Config(Section):
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
 
-    def without_connections(self) -> Config:
-        """This configuration with the defaults for ``[kafka]`` and ``[http]``: what state
-        written to disk or to a topic may keep (never a password or a key file's path)."""
-        return self.model_copy(update={"kafka": KafkaConfig(), "http": HttpConfig()})
+    def __getstate__(self) -> dict[Any, Any]:
+        """A pickled configuration is part of state written to disk or to a topic
+        (checkpoints, the ledger): it keeps the defaults for ``[kafka]`` and ``[http]``, never
+        a password or a key file's path."""
+        state = super().__getstate__()
+        state["__dict__"] = {**state["__dict__"], "kafka": KafkaConfig(), "http": HttpConfig()}
+        return state
 
 
 class ConfigError(Exception):

@@ -14,12 +14,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from monitor.checkpoint import Key
 from monitor.config import Config
 from monitor.judged import OVERALL, Judged
 from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
-
-Key = tuple[str, int]
 
 
 def merged(
@@ -82,9 +81,6 @@ class Ledger:
     bases: dict[Key, Pipeline] = field(default_factory=dict)
     views: dict[Key, Pipeline] = field(default_factory=dict)
     """The newest durable view of each partition owned (or owned before a restart)."""
-
-    def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "config": self.config.without_connections()}
 
     def acquire(self, key: Key, view: Pipeline, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:

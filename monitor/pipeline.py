@@ -148,7 +148,6 @@ class Pipeline:
         """The state a checkpoint keeps: everything but the decoder and lookup shortcuts."""
         state = dict(self.__dict__)
         del state["_decode"], state["_class_index"], state["join"]
-        state["config"] = self.config.without_connections()
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
