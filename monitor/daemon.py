@@ -287,19 +287,28 @@ def _state_process(
 
 class _Fence(ConsumerRebalanceListener):  # type: ignore[misc]
     """Partitions being revoked are never checkpointed again: their next owner may already
-    be restoring them. (kafka-python calls this on its own thread, before rejoining.)"""
+    be restoring them. (kafka-python calls this on its own thread, before rejoining.)
+
+    ``rebalancing`` is set from the subscription until the group hands out an assignment,
+    and again from each revocation to the next assignment."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.revoked: set[Key] = set()
+        self.rebalancing = True
+        self.assigned: frozenset[Key] = frozenset()
+        """The partitions of the latest assignment."""
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         with self.lock:  # waits for a checkpoint in progress
             self.revoked |= {(tp.topic, tp.partition) for tp in revoked}
+            self.rebalancing = True
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         with self.lock:
             self.revoked.clear()
+            self.assigned = frozenset((tp.topic, tp.partition) for tp in assigned)
+            self.rebalancing = False
 
 
 class Daemon:
@@ -435,6 +444,7 @@ class Daemon:
             client_id="searchmon",
             **options,
         )
+        self._fence.rebalancing = True  # until the group of this new consumer assigns
         consumer.subscribe([kafka.events_topic, kafka.judgments_topic], listener=self._fence)
         producer = None
         if kafka.dead_letter_topic is not None:
@@ -453,8 +463,14 @@ class Daemon:
         limit = self.config.kafka.max_poll_records
         batch: dict[TopicPartition, list[Any]]
         if not self._in_flight:
-            batch = consumer.poll(timeout_ms=500, max_records=limit)
-            return batch
+            # While the group rebalances, nothing but poll: kafka-python (3.0) sends a new
+            # JoinGroup, and so starts the rebalance over, when the answer to the previous
+            # one arrived while no poll was waiting for it. Work between polls during a
+            # rebalance (a checkpoint of a large state takes a while) made that the rule.
+            while True:
+                batch = consumer.poll(timeout_ms=500, max_records=limit)
+                if batch or not self._fence.rebalancing or self.stop.is_set():
+                    return batch
         assert self._state is not None
         while True:
             batch = consumer.poll(timeout_ms=5, max_records=limit)
@@ -671,6 +687,11 @@ class Daemon:
     def _not_ready(self) -> str | None:
         if not self.connected:
             return "not connected to Kafka"
+        if self._fence.rebalancing:
+            return "waiting for the consumer group to assign partitions"
+        restoring = self._fence.assigned - self.owned
+        if restoring:
+            return "restoring the state of " + _names(set(restoring))
         return None
 
     def _daemon_metrics(self) -> Iterator[Metric]:

@@ -78,16 +78,19 @@ def expected(partitions: list[list[bytes]]) -> Pipeline:
 
 
 def start_daemon(
-    tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = ""
+    tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = "",
+    fast_group: bool = True,
 ) -> subprocess.Popen[str]:
     """``searchmon run`` with its configuration and state in ``tmp``; ``kafka`` and ``state``
-    are more lines for those sections."""
+    are more lines for those sections; ``fast_group``: the short group timings of the local
+    broker (else the defaults)."""
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "searchmon.toml"
+    timings = FAST_GROUP if fast_group else {}
     config.write_text(
         f'[kafka]\nbootstrap_servers = ["{broker.address}"]\ngroup_id = "{group}"\n'
         f'dead_letter_topic = "{DEAD}"\n{kafka}'
-        + "".join(f"{k} = {v}\n" for k, v in FAST_GROUP.items())
+        + "".join(f"{k} = {v}\n" for k, v in timings.items())
         + f'[http]\nlisten = "127.0.0.1:{port}"\n'
         f'[state]\ndir = "{tmp / "state"}"\ncheckpoint_interval = "500ms"\n{state}'
     )
@@ -219,6 +222,61 @@ def test_kill_9_at_random_points_loses_nothing_and_counts_nothing_twice(
         daemon.communicate(timeout=30)
     assert online_counts(values) == counts_of(expected(traffic))
     assert seen == sorted(seen), "an exported counter never goes backwards across crashes"
+
+
+def wait_for_log(tmp: Path, daemon: subprocess.Popen[str], text: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in log_of(tmp):
+        assert daemon.poll() is None, f"the daemon ended ({daemon.returncode})"
+        assert time.monotonic() < deadline, f"no {text!r} within {seconds} s"
+        time.sleep(0.1)
+
+
+def test_a_restart_over_hours_of_state_takes_its_partitions_back(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Three hours of traffic with live qrels, the default group timings: a restarted daemon
+    rejoins, restores and catches up; /readyz says "not ready" until it owns its partitions."""
+    topics = {"restart-events": 4, "restart-judgments": 1}
+    broker.create_topics(topics)
+    stream = events(World.build(5), Traffic(
+        seed=5, sessions_per_second=10.0, duration=3 * 3600.0, qrels=True,
+    ))
+    judged = [(k.encode(), line) for _, k, line in stream]
+    broker.produce("restart-judgments", [m for m in judged if b'"type":"qrels"' in m[1]])
+    broker.produce("restart-events", [m for m in judged if b'"type":"qrels"' not in m[1]])
+    kafka = 'events_topic = "restart-events"\njudgments_topic = "restart-judgments"\n'
+    group, port = f"g-{uuid.uuid4().hex}", free_port()
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, fast_group=False)
+    try:
+        wait_for_log(tmp_path, daemon, "caught up", 120)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert daemon.returncode == 0
+    first = log_of(tmp_path)
+    stored = sum(f.stat().st_size for f in (tmp_path / "state").iterdir())
+    assert stored > 5_000_000, "a state of some size is restored"
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, fast_group=False)
+    try:
+        deadline = time.monotonic() + 30
+        while "caught up" not in log_of(tmp_path)[len(first):]:
+            assert daemon.poll() is None
+            assert time.monotonic() < deadline, "no 'caught up' within 30 s of the restart"
+            try:
+                status = get(f"http://127.0.0.1:{port}/readyz")[0]
+            except OSError:
+                continue  # not serving yet
+            if status == 200:
+                assert "took over" in log_of(tmp_path)[len(first):], (
+                    "ready before owning its partitions"
+                )
+            time.sleep(0.05)
+        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert daemon.returncode == 0
 
 
 def test_a_corrupt_checkpoint_is_refused_unless_discarded(tmp_path: Path, broker: Broker) -> None:
