@@ -1,94 +1,70 @@
 """Checkpoints: each partition's state with the offset it reflects, kept where the next owner
 of the partition finds it.
 
-A partition's checkpoint (``Unit``) is encoded as a magic line, the SHA-256 of the payload and
-the payload (a pickle). Data that is truncated, altered or from another format is reported,
-never silently used or replaced. Two stores keep the encoded units:
+A partition's checkpoint is a ``unit`` document of the checkpoint codec (``monitor.codec``):
+versioned, checksummed JSON of plain data. Two stores keep them:
 
-- ``DirStore`` (one replica): every partition in one file of the state directory, replaced
-  atomically (temporary file, fsync, rename, fsync of the directory).
+- ``DirStore`` (one replica): one file per partition in ``<state dir>/checkpoints/``, named
+  ``<topic>-<partition>.ckpt``, each replaced atomically (temporary file, fsync, rename, fsync
+  of the directory). Only partitions whose state changed are written.
 - ``KafkaStore`` (several replicas): a compacted changelog topic. A checkpoint is split into
   chunk records keyed ``c/<topic>/<partition>/<generation>/<index>``, then a manifest record
   keyed ``m/<topic>/<partition>`` names the generation and its number of chunks; the previous
   generation's chunks are deleted (tombstones) afterwards. A crash while writing leaves the
   previous manifest and its chunks intact. Restoring reads the topic to its end.
 
-The stores are trusted like a database file: the payload is code-level data (pickle).
+Checkpoints are data: whoever can write to the state directory or the changelog topic can
+make the daemon count wrongly, never make it run code.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import pickle
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
+from monitor.codec import CheckpointError, UnitState, changed_sections, decode_unit
 from monitor.config import Config
+from monitor.merge import Key
 from monitor.pipeline import Pipeline
+from monitor.snapshots import StateError
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"searchmon-checkpoint 2\n"
-FILE_NAME = "checkpoint.bin"
+DIRECTORY = "checkpoints"
+SUFFIX = ".ckpt"
+FORMAT_2_FILE = "checkpoint.bin"
+"""Where format 2 kept every partition, pickled."""
 
-Key = tuple[str, int]
-"""A source partition: (topic, partition)."""
-
-
-class CheckpointError(Exception):
-    """A checkpoint that exists but cannot be used."""
+__all__ = ["CheckpointError", "DirStore", "KafkaStore", "Key", "Store", "restore_unit"]
 
 
-@dataclass
-class Unit:
-    """One source partition's state."""
-
-    pipeline: Pipeline
-    offset: int
-    """Next offset to process: everything before it is in the pipeline."""
-    written_at: float = 0.0
-    """Wall-clock time of writing (for the checkpoint-age alert)."""
-    writer: str | None = None
-    """The replica that wrote it (its ledger's id): whoever restores it knows who counted."""
-
-
-def encode(value: object) -> bytes:
-    payload = pickle.dumps(value, protocol=5)
-    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
-
-
-def decode(data: bytes, source: str) -> Any:
-    if not data.startswith(MAGIC):
-        raise CheckpointError(f"{source}: not a searchmon checkpoint of this version (bad header)")
-    rest = data[len(MAGIC):]
-    digest, newline, payload = rest.partition(b"\n")
-    if not newline or hashlib.sha256(payload).hexdigest().encode() != digest:
-        raise CheckpointError(f"{source}: corrupt checkpoint (checksum mismatch)")
+def restore_unit(data: bytes, source: str, config: Config) -> tuple[UnitState, Pipeline]:
+    """A checkpoint's unit and its pipeline rebuilt under ``config``; ``CheckpointError``
+    when it is unreadable, or its state does not fit ``config``."""
+    unit = decode_unit(data, source)
+    changed = changed_sections(unit, config)
+    if changed:
+        raise CheckpointError(
+            f"configuration of [{', '.join(changed)}] changed since the {source}; "
+            "its state does not fit"
+        )
     try:
-        return pickle.loads(payload)
-    except Exception as error:  # any unpickling failure means the same to the operator
-        raise CheckpointError(f"{source}: unreadable checkpoint ({error})") from None
+        return unit, Pipeline.restore(config, unit.pipeline)
+    except StateError as error:
+        raise CheckpointError(f"{source}: inconsistent checkpoint ({error})") from None
 
 
-def decode_unit(data: bytes, source: str) -> Unit:
-    unit = decode(data, source)
-    if not isinstance(unit, Unit):
-        raise CheckpointError(f"{source}: unexpected checkpoint content")
-    return unit
-
-
-def write_file(path: Path, data: bytes) -> None:
+def write_file(path: Path, data: bytes, sync_directory: bool = True) -> None:
     """Durably replace ``path`` with ``data``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
@@ -97,7 +73,12 @@ def write_file(path: Path, data: bytes) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(temporary, path)
-    descriptor = os.open(path.parent, os.O_RDONLY)
+    if sync_directory:
+        _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
@@ -114,10 +95,14 @@ def read_file(path: Path) -> bytes | None:
 
 
 def discard_file(path: Path) -> Path | None:
-    """Move an unusable file aside (kept for inspection); returns where it went."""
+    """Move an unusable file aside (kept for inspection, never replaced); returns where."""
     if not path.exists():
         return None
     aside = path.with_name(path.name + ".discarded")
+    number = 1
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{path.name}.discarded.{number}")
     os.replace(path, aside)
     return aside
 
@@ -139,40 +124,51 @@ class Store(Protocol):
 
 
 class DirStore:
-    """Every partition's checkpoint in one file: the store of a single replica."""
+    """One file per partition's checkpoint: the store of a single replica."""
 
     def __init__(self, directory: Path) -> None:
-        self.path = directory / FILE_NAME
+        self.directory = directory / DIRECTORY
         self.units: dict[Key, bytes] = {}
-        data = read_file(self.path)
-        if data is not None:
-            units = decode(data, str(self.path))
-            if not isinstance(units, dict):
-                raise CheckpointError(f"{self.path}: unexpected checkpoint content")
-            self.units = units
+        old = directory / FORMAT_2_FILE
+        if old.exists():
+            raise CheckpointError(
+                f"{old}: written by an earlier searchmon (format 2, pickled objects), which "
+                "this version does not read"
+            )
+        if self.directory.is_dir():
+            for path in sorted(self.directory.glob(f"*{SUFFIX}")):
+                topic, _, number = path.name[: -len(SUFFIX)].rpartition("-")
+                if topic and number.isdigit():
+                    data = read_file(path)
+                    if data is not None:
+                        self.units[(topic, int(number))] = data
+
+    def path(self, key: Key) -> Path:
+        return self.directory / f"{key[0]}-{key[1]}{SUFFIX}"
 
     def load(self, keys: set[Key]) -> dict[Key, bytes]:
         return {key: self.units[key] for key in keys if key in self.units}
 
     def save(self, units: dict[Key, bytes]) -> None:
-        self.units.update(units)  # partitions owned earlier keep their last checkpoint
-        write_file(self.path, encode(self.units))
+        for key, data in units.items():
+            write_file(self.path(key), data, sync_directory=False)
+            self.units[key] = data  # partitions owned earlier keep their last checkpoint
+        if units:
+            _sync_directory(self.directory)
 
     def discard(self, keys: set[Key]) -> None:
-        aside = discard_file(self.path)
-        if aside is not None:
-            log.warning("moved the checkpoint aside as %s", aside)
         for key in keys:
+            aside = discard_file(self.path(key))
+            if aside is not None:
+                log.warning("moved the checkpoint of %s/%d aside as %s", *key, aside)
             self.units.pop(key, None)
-        if self.units:
-            write_file(self.path, encode(self.units))
 
     def close(self) -> None:
         pass
 
     @staticmethod
     def discard_unreadable(directory: Path) -> Path | None:
-        return discard_file(directory / FILE_NAME)
+        return discard_file(directory / FORMAT_2_FILE)
 
 
 class KafkaStore:

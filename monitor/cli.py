@@ -16,8 +16,9 @@ from pathlib import Path
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config, ConfigError, HttpConfig, load_config, parse_duration
+from monitor.export import export
 from monitor.http import MetricsServer
-from monitor.metrics import PipelineCollector
+from monitor.metrics import ExportCollector
 from monitor.offline.evaluate import evaluate
 from monitor.offline.report import Named, format_json, format_text, skipped_note
 from monitor.offline.spec import MeasureNameError, parse_measures
@@ -227,7 +228,8 @@ def _replay(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if args.serve:
         registry = CollectorRegistry()
-        registry.register(PipelineCollector(lambda: pipeline))
+        figures = export(pipeline)
+        registry.register(ExportCollector(lambda: figures))
         try:
             server = MetricsServer.from_config(config.http, registry).start()
         except (OSError, ssl.SSLError) as error:

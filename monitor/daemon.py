@@ -20,7 +20,6 @@ import logging
 import multiprocessing
 import multiprocessing.context
 import os
-import pickle
 import signal
 import threading
 import time
@@ -35,19 +34,20 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
-from monitor import checkpoint
-from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Key, Store, Unit
+from monitor import checkpoint, codec
+from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Key, Store, restore_unit
+from monitor.codec import UnitState
 from monitor.config import Config
+from monitor.export import Export, export
 from monitor.http import MetricsServer
-from monitor.merge import Ledger, counters_of
-from monitor.metrics import PipelineCollector, consumer_metrics
+from monitor.merge import Ledger
+from monitor.metrics import ExportCollector, consumer_metrics
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import tune_for_throughput
+from monitor.snapshots import StateError
 
 log = logging.getLogger(__name__)
 
-# Sections whose change makes a checkpointed state meaningless for the new configuration.
-STATE_SECTIONS = ("sessions", "query_classes", "input", "offline")
 LEDGER_FILE = "ledger.bin"
 
 
@@ -65,9 +65,9 @@ Part = tuple[Key, list[int], list[bytes | None]]
 Letter = tuple[Key, int, str, str]
 """A rejected record: partition, offset, reason and detail (the consumer holds the record)."""
 
-Restored = tuple[int | None, bytes, str | None]
+Restored = tuple[int | None, Export, str | None]
 """An acquired partition: the offset its checkpoint reflects (None: no checkpoint), its
-exported view (pickled) and the replica that wrote the checkpoint."""
+exported view and the replica that wrote the checkpoint."""
 
 
 class State:
@@ -88,7 +88,8 @@ class State:
         self.dirty: set[Key] = set()
         self.offline: Key | None = None
         """The judgments partition whose offline state the others join (``_join``)."""
-        self.checked: dict[Key, Unit] = {}
+        self.fingerprint = codec.fingerprint(config)
+        self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
         """Checkpoints decoded and checked at start (one replica), until assigned."""
         self.rejections = RejectionLog(config.input.rejection_log_limit)
         self.store: Store
@@ -117,11 +118,12 @@ class State:
             if unit is None:
                 pipeline, offset, writer = Pipeline(self.config), None, None
             else:
-                pipeline, offset, writer = unit.pipeline, unit.offset, unit.writer
+                (state, pipeline), offset = unit, unit[0].offset
+                writer = state.writer
                 log.info("%s/%d: restored its checkpoint at offset %d", *key, offset)
             self.units[key] = pipeline
             self.offsets[key] = offset or 0
-            answers[key] = (offset, pickle.dumps(counters_of(pipeline), protocol=5), writer)
+            answers[key] = (offset, export(pipeline), writer)
         self._join()
         return answers
 
@@ -137,28 +139,16 @@ class State:
             self.dirty.discard(key)
         self._join()
 
-    def _decode(self, stored: dict[Key, bytes]) -> dict[Key, Unit]:
-        units: dict[Key, Unit] = {}
+    def _decode(self, stored: dict[Key, bytes]) -> dict[Key, tuple[UnitState, Pipeline]]:
+        units: dict[Key, tuple[UnitState, Pipeline]] = {}
         for key, data in stored.items():
-            source = f"checkpoint of {key[0]}/{key[1]}"
             try:
-                unit = checkpoint.decode_unit(data, source)
-                changed = [
-                    section for section in STATE_SECTIONS
-                    if getattr(unit.pipeline.config, section) != getattr(self.config, section)
-                ]
-                if changed:
-                    raise CheckpointError(
-                        f"configuration of [{', '.join(changed)}] changed since the {source}; "
-                        "its state does not fit"
-                    )
+                units[key] = restore_unit(data, f"checkpoint of {key[0]}/{key[1]}", self.config)
             except CheckpointError as error:
                 if not self.discard:
                     raise StartError(_refusal(str(error))) from None
                 log.warning("%s; discarded, the partition starts anew", error)
                 self.store.discard({key})
-                continue
-            units[key] = unit
         return units
 
     def _join(self) -> None:
@@ -204,20 +194,20 @@ class State:
             self.dirty.add(offline)
         return letters
 
-    def checkpoint(self, keys: set[Key]) -> tuple[dict[Key, tuple[int, bytes]], float]:
-        """Make the state of ``keys`` durable; returns their offsets and exported views."""
+    def checkpoint(self, keys: set[Key]) -> tuple[dict[Key, tuple[int, Export]], float]:
+        """Make the state of ``keys`` that changed durable; returns their offsets and
+        exported views (nothing is written when nothing changed)."""
         written_at = time.time()
         changed = keys & self.dirty
         self.store.save({
-            key: checkpoint.encode(Unit(self.units[key], self.offsets[key], written_at,
-                                        self.replica))
+            key: codec.encode("unit", UnitState(
+                key[0], key[1], self.offsets[key], written_at, self.replica, self.fingerprint,
+                self.units[key].snapshot(),
+            ))
             for key in sorted(changed)
         })
         self.dirty -= changed
-        return {
-            key: (self.offsets[key], pickle.dumps(counters_of(self.units[key]), protocol=5))
-            for key in changed
-        }, written_at
+        return {key: (self.offsets[key], export(self.units[key])) for key in changed}, written_at
 
 
 def offline_key(keys: Iterable[Key], config: Config) -> Key | None:
@@ -321,7 +311,7 @@ class Daemon:
         self.offsets: dict[Key, int] = {}
         self.owned: set[Key] = set()
         self.checkpoint_time: float | None = None
-        self.exported = Pipeline(config)  # until a checkpoint has been restored or written
+        self.exported = export(Pipeline(config))  # until a checkpoint is restored or written
         self.connected = False
         self.lag: dict[Key, int] = {}
         self.dead_lettered = 0
@@ -337,19 +327,20 @@ class Daemon:
         path = self.config.state.dir / LEDGER_FILE
         try:
             data = checkpoint.read_file(path)
-            ledger = checkpoint.decode(data, str(path)) if data is not None else None
-            if ledger is not None and not isinstance(ledger, Ledger):
-                raise CheckpointError(f"{path}: unexpected content")
-        except CheckpointError as error:
+            if data is None:
+                return Ledger()
+            return Ledger.restore(codec.decode_ledger(data, str(path)))
+        except (CheckpointError, StateError) as error:
             if not self.discard_checkpoint:
                 raise StartError(_refusal(str(error))) from None
             log.warning("%s; discarded (exported counters start anew)", error)
             checkpoint.discard_file(path)
-            ledger = None
-        if ledger is None:
-            return Ledger(self.config)
-        ledger.config = self.config
-        return ledger
+            return Ledger()
+
+    def _save_ledger(self) -> None:
+        checkpoint.write_file(
+            self.config.state.dir / LEDGER_FILE, codec.encode("ledger", self.ledger.snapshot())
+        )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -382,7 +373,7 @@ class Daemon:
 
     def _consume(self) -> int:
         registry = CollectorRegistry()
-        registry.register(PipelineCollector(lambda: self.exported, self._daemon_metrics))
+        registry.register(ExportCollector(lambda: self.exported, self._daemon_metrics))
         server = MetricsServer.from_config(self.config.http, registry, self._not_ready).start()
         log.info("serving http://%s/metrics", self.config.http.listen)
         consumer: KafkaConsumer | None = None
@@ -493,6 +484,7 @@ class Daemon:
                 self.offsets.pop(key, None)
                 self.lag.pop(key, None)
             self.owned -= gone
+            self._save_ledger()
             self._export()
             log.info("gave up %s", _names(gone))
         if not new or time.monotonic() < self._restore_after:
@@ -513,11 +505,12 @@ class Daemon:
         for partition in partitions:
             _if_assigned(consumer.resume, partition)
         for key, (offset, view, writer) in answer[1].items():
-            self.ledger.acquire(key, pickle.loads(view), writer)
+            self.ledger.acquire(key, view, writer)
             if offset is not None:  # the checkpoint, not the committed offset, is the truth
                 _if_assigned(consumer.seek, TopicPartition(*key), offset)
                 self.offsets[key] = offset
         self.owned |= new
+        self._save_ledger()
         self._export()
         log.info("took over %s", _names(new))
         return new
@@ -634,11 +627,11 @@ class Daemon:
         if answer is None:
             return
         _, written, self.checkpoint_time = answer
+        if not written:
+            return  # nothing changed since the last checkpoint
         for key, (_, view) in written.items():
-            self.ledger.update(key, pickle.loads(view))
-        checkpoint.write_file(
-            self.config.state.dir / LEDGER_FILE, checkpoint.encode(self.ledger)
-        )
+            self.ledger.update(key, view)
+        self._save_ledger()
         self._export()
         offsets = {
             TopicPartition(*key): OffsetAndMetadata(offset, "", -1)
@@ -652,7 +645,9 @@ class Daemon:
                 log.warning("offset commit failed: %s", error)
 
     def _export(self) -> None:
-        self.exported = self.ledger.exported(self.owned, offline_key(self.owned, self.config))
+        self.exported = self.ledger.exported(
+            self.owned, offline_key(self.ledger.views, self.config)
+        )
 
     # --- the state process ------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kafka import KafkaProducer
 
@@ -22,10 +22,9 @@ from monitor.broker import FAST_GROUP, Broker
 from monitor.classes import ALL
 from monitor.config import Config
 from monitor.daemon import Daemon
+from monitor.export import Export, OfflineFigures
 from monitor.generate import Regression, Traffic, World, events, rfc3339
-from monitor.judged import OVERALL
-from monitor.pipeline import Pipeline
-from monitor.replay import report
+from monitor.offline.spec import parse_measure
 
 EVENTS, JUDGMENTS, DEAD = "search-events", "search-judgments", "search-dead-letters"
 
@@ -143,41 +142,50 @@ def _stream(broker: Broker, world: World, traffic: Traffic, accelerate: float,
 
 
 def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -> None:
-    view: Pipeline = daemon.exported
-    result: dict[str, Any] = report(view)
-    judged = view.judged
-    newest = view.sessions.newest
+    view: Export = daemon.exported
+    newest = view.newest
     lines = [
         "",
-        f"event time {rfc3339(newest) if newest > 0 else '-'}   "
+        f"event time {rfc3339(newest) if newest is not None else '-'}   "
         f"lag {sum(daemon.lag.values())}   "
-        f"rejected {sum(result['rejected'].values())}   "
+        f"rejected {sum(view.rejected.values())}   "
         f"broker {'connected' if daemon.connected else 'DISCONNECTED'}",
         f"{'class':<14}{'QPS':>7}{'queries':>9}{'CTR':>7}{'zero-res':>9}{'abandon':>9}"
         f"{'success':>9}{'nDCG@10':>9}  regression",
     ]
-    names = view.classes.names
-    for klass, name in [*sorted(enumerate(names), key=lambda c: c[1]), (OVERALL, ALL)]:
-        online = result["online"].get(name)
-        if online is None or (klass != OVERALL and not online["queries"]):
+    offline = view.offline or OfflineFigures()
+    measures = daemon.config.offline.measures
+    measure = str(parse_measure(measures[0])) if measures else None
+    rows = sorted((figures.slice[0], figures.count) for figures in view.slices)
+    overall = ALL, lambda name: sum(figures.count(name) for figures in view.slices)
+    for name, count in [*rows, overall]:
+        queries, sessions = count("queries"), count("sessions")
+        if name != ALL and not queries:
             continue
-        ndcg = judged.samples_mean(1, klass, 0)
-        verdicts = [
-            str(judged.specs[m]) for (k, m), verdict in judged.verdicts.items()
-            if k == klass and verdict.regression
-        ]
-        now, queries = time.monotonic(), online["queries"]
+        ndcg = next((
+            m.mean for m in offline.means
+            if m.slice == (name,) and m.source == "sample" and m.window == 1
+            and m.measure == measure
+        ), None)
+        verdicts = [v.measure for v in offline.verdicts if v.slice == (name,) and v.regression]
+        now = time.monotonic()
         then, before = previous.get(name, (now, queries))
         previous[name] = (now, queries)
         qps = (queries - before) / (now - then) if now > then else 0.0
         lines.append(
-            f"{name:<14}{qps:>7.0f}{queries:>9}{_pct(online['ctr']):>7}"
-            f"{_pct(online['zero_result_rate']):>9}{_pct(online['abandonment_rate']):>9}"
-            f"{_pct(online['session_success_rate']):>9}"
-            f"{(f'{ndcg[0]:.3f}' if ndcg else '-'):>9}  "
+            f"{name:<14}{qps:>7.0f}{queries:>9}"
+            f"{_pct(_ratio(count('clicked_queries'), queries)):>7}"
+            f"{_pct(_ratio(count('zero_result_queries'), queries)):>9}"
+            f"{_pct(_ratio(count('abandoned_sessions'), sessions)):>9}"
+            f"{_pct(_ratio(count('successful_sessions'), sessions)):>9}"
+            f"{(f'{ndcg:.3f}' if ndcg is not None else '-'):>9}  "
             + ("REGRESSION " + ", ".join(verdicts) if verdicts else "-")
         )
     print("\n".join(lines), file=out, flush=True)
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
 
 
 def _pct(value: float | None) -> str:

@@ -22,6 +22,17 @@ from monitor.config import OfflineConfig
 from monitor.offline.measures import score
 from monitor.offline.ranking import RankedLists
 from monitor.offline.spec import MeasureSpec, parse_measure
+from monitor.snapshots import (
+    Float,
+    Int,
+    StateError,
+    finite_or_none,
+    nan_or_none,
+    none_as_nan,
+    or_minus_infinity,
+    require,
+    same_lengths,
+)
 from monitor.stats import PairedComparison, compare
 
 SOURCES = ("sample", "live")
@@ -44,46 +55,85 @@ class Pending:
     labels: dict[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Scored:
-    source: str
-    time: float
-    klass: int
-    key: str
-    values: tuple[float, ...]  # one per measure; NaN where the measure skips the query
+WINDOW_BUCKETS = 60
+"""A rolling window of length L keeps its scores in buckets of L / 60 of event time."""
+
+Cells = dict[tuple[int, int], list[float]]
+"""(class index or OVERALL, measure index) -> [sum, count] of scores."""
+
+
+def _add_cells(cells: Cells, klass: int, values: Sequence[float]) -> None:
+    for m, value in enumerate(values):
+        if math.isnan(value):
+            continue
+        for k in (klass, OVERALL):
+            cell = cells.get((k, m))
+            if cell is None:
+                cells[(k, m)] = [value, 1.0]
+            else:
+                cell[0] += value
+                cell[1] += 1.0
 
 
 @dataclass
 class Window:
-    """Running sums of the scores inside a window, per (class, measure)."""
+    """A rolling window of scores: sums and counts per (class, measure) in time buckets.
 
-    entries: deque[Scored] = field(default_factory=deque)
-    sums: dict[tuple[int, int], float] = field(default_factory=dict)
-    counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    Its size depends on the configuration alone (buckets x classes x measures), never on how
+    many queries were scored. A query is admitted when its time is inside the window at
+    scoring time; a bucket leaves once it lies wholly before ``clock - length``, so the window
+    covers between ``length`` and ``length + length / 60`` of event time.
+    """
 
-    def add(self, scored: Scored, sign: int = 1) -> None:
-        for m, value in enumerate(scored.values):
-            if math.isnan(value):
-                continue
-            for klass in (scored.klass, OVERALL):
-                key = (klass, m)
-                self.sums[key] = self.sums.get(key, 0.0) + sign * value
-                self.counts[key] = self.counts.get(key, 0) + sign
+    length: float
+    buckets: dict[int, Cells] = field(default_factory=dict)
+
+    @property
+    def width(self) -> float:
+        return self.length / WINDOW_BUCKETS
+
+    def add(self, time: float, klass: int, values: Sequence[float]) -> None:
+        bucket = self.buckets.get(index := int(time // self.width))
+        if bucket is None:
+            bucket = self.buckets[index] = {}
+        _add_cells(bucket, klass, values)
+
+    def evict(self, clock: float) -> None:
+        if math.isinf(clock):
+            return
+        first = int((clock - self.length) // self.width)
+        for index in [i for i in self.buckets if i < first]:
+            del self.buckets[index]
 
     def mean(self, klass: int, measure: int) -> tuple[float, int] | None:
-        count = self.counts.get((klass, measure), 0)
-        if count <= 0:
-            return None
-        return self.sums[(klass, measure)] / count, count
+        total, count = 0.0, 0.0
+        for bucket in self.buckets.values():
+            cell = bucket.get((klass, measure))
+            if cell is not None:
+                total += cell[0]
+                count += cell[1]
+        return (total / count, int(count)) if count > 0 else None
 
 
 @dataclass
 class Sample:
+    """A judged sample: its queries' scores, kept while it is open or may be a baseline
+    (bounded by the sample's size)."""
+
     sample_id: str
     first: float
     last: float
     scores: dict[str, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
     pending: int = 0
+
+
+@dataclass
+class Summary:
+    """A completed sample as the last-N-samples means need it: sums per (class, measure)."""
+
+    sample_id: str
+    last: float
+    cells: Cells
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +144,120 @@ class Verdict:
     baseline_id: str
     comparison: PairedComparison
     regression: bool | None  # None: too few shared queries for a verdict
+
+
+@dataclass(frozen=True)
+class CellsState:
+    """A table of score sums: class index (-1: overall), measure index, sum, count."""
+
+    klass: list[Int]
+    measure: list[Int]
+    sums: list[Float]
+    counts: list[Int]
+
+    @staticmethod
+    def of(cells: Cells) -> CellsState:
+        keys = sorted(cells)
+        return CellsState(
+            [k for k, _ in keys], [m for _, m in keys], [cells[key][0] for key in keys],
+            [int(cells[key][1]) for key in keys],
+        )
+
+    def cells(self, classes: int, measures: int) -> Cells:
+        same_lengths("score sums", self.klass, self.measure, self.sums, self.counts)
+        cells: Cells = {}
+        for k, m, total, count in zip(self.klass, self.measure, self.sums, self.counts,
+                                      strict=True):
+            require(OVERALL <= k < classes and 0 <= m < measures and count >= 0,
+                    "score sums: a class or measure index out of range")
+            cells[(k, m)] = [total, float(count)]
+        return cells
+
+
+@dataclass(frozen=True)
+class PendingState:
+    source: str
+    time: Float
+    klass: Int
+    key: str
+    sample_id: str | None
+    ranking: list[str]
+    labels: dict[str, Int]
+
+
+@dataclass(frozen=True)
+class WindowState:
+    source: str
+    length: Float
+    buckets: list[Int]
+    cells: list[CellsState]
+
+
+@dataclass(frozen=True)
+class SampleState:
+    """A sample's queries (normalised text), their classes and scores (null: skipped)."""
+
+    sample_id: str
+    first: Float
+    last: Float
+    keys: list[str]
+    klass: list[Int]
+    scores: list[list[Float | None]]
+    pending: Int
+
+
+@dataclass(frozen=True)
+class SummaryState:
+    sample_id: str
+    last: Float
+    cells: CellsState
+
+
+@dataclass(frozen=True)
+class ScoreHistogramState:
+    source: str
+    klass: Int
+    measure: Int
+    counts: list[Int]
+    sum: Float
+
+
+@dataclass(frozen=True)
+class VerdictState:
+    klass: Int
+    measure: Int
+    sample_id: str
+    baseline_id: str
+    shared: Int
+    delta: Float
+    p_permutation: Float
+    p_t: Float
+    regression: bool | None
+
+
+@dataclass(frozen=True)
+class JudgedState:
+    """``Judged`` as plain data. Its size follows the configuration: windows x buckets x
+    classes x measures, the samples kept (open ones, the baseline), the qrels capacity."""
+
+    active: bool
+    clock: Float | None
+    judgment_clock: Float | None
+    pending: list[PendingState]
+    windows: list[WindowState]
+    histograms: list[ScoreHistogramState]
+    open_samples: list[SampleState]
+    completed: list[SummaryState]
+    previous: SampleState | None
+    pinned: SampleState | None
+    verdicts: list[VerdictState]
+    last_completed_time: Float | None
+    qrels_keys: list[str]
+    qrels_labels: list[dict[str, Int]]
+    skipped: Int
+    totals: CellsState
+    judged_classes: list[Int]
+    judged_counts: list[Int]
 
 
 @dataclass
@@ -113,7 +277,9 @@ class Judged:
     histograms: dict[tuple[str, int, int], list[int]] = field(default_factory=dict)
     histogram_sums: dict[tuple[str, int, int], float] = field(default_factory=dict)
     open_samples: dict[str, Sample] = field(default_factory=dict)
-    completed: deque[Sample] = field(default_factory=deque)
+    completed: deque[Summary] = field(default_factory=deque)
+    previous: Sample | None = None
+    """The newest completed sample with its scores: the baseline ``previous``."""
     pinned: Sample | None = None
     verdicts: dict[tuple[int, int], Verdict] = field(default_factory=dict)
     last_completed_time: float | None = None
@@ -128,7 +294,7 @@ class Judged:
         self.specs = [parse_measure(name) for name in self.config.measures]
         for source in SOURCES:
             for length in self.config.windows:
-                self.time_windows[(source, length)] = Window()
+                self.time_windows[(source, length)] = Window(length)
 
     # --- input -----------------------------------------------------------------------------
 
@@ -203,14 +369,13 @@ class Judged:
 
     def samples_mean(self, last: int, klass: int, measure: int) -> tuple[float, int] | None:
         """Mean over the last ``last`` completed samples (all if fewer)."""
-        total, count = 0.0, 0
-        for sample in list(self.completed)[-last:]:
-            for query_class, values in sample.scores.values():
-                value = values[measure]
-                if (klass == OVERALL or query_class == klass) and not math.isnan(value):
-                    total += value
-                    count += 1
-        return (total / count, count) if count else None
+        total, count = 0.0, 0.0
+        for summary in list(self.completed)[-last:]:
+            cell = summary.cells.get((klass, measure))
+            if cell is not None:
+                total += cell[0]
+                count += cell[1]
+        return (total / count, int(count)) if count else None
 
     # --- internals -------------------------------------------------------------------------
 
@@ -228,7 +393,7 @@ class Judged:
         matrix = np.column_stack(columns) if columns else np.zeros((len(batch), 0))
         for pending, row in zip(batch, matrix.tolist(), strict=True):
             values = tuple(float(v) for v in row)
-            self._record(Scored(pending.source, pending.time, pending.klass, pending.key, values))
+            self._record(pending.source, pending.time, pending.klass, values)
             if pending.sample_id is not None:
                 sample = self.open_samples.get(pending.sample_id)
                 if sample is not None:
@@ -236,54 +401,53 @@ class Judged:
                     sample.pending -= 1
         self._evict()
 
-    def _record(self, scored: Scored) -> None:
-        if scored.source == "sample":
-            for klass in (scored.klass, OVERALL):
-                self.judged_queries[klass] = self.judged_queries.get(klass, 0) + 1
-                for m, value in enumerate(scored.values):
+    def _record(self, source: str, time: float, klass: int, values: tuple[float, ...]) -> None:
+        if source == "sample":
+            for k in (klass, OVERALL):
+                self.judged_queries[k] = self.judged_queries.get(k, 0) + 1
+                for m, value in enumerate(values):
                     if not math.isnan(value):
-                        total, count = self.totals.get((klass, m), (0.0, 0))
-                        self.totals[(klass, m)] = (total + value, count + 1)
-        for m, value in enumerate(scored.values):
+                        total, count = self.totals.get((k, m), (0.0, 0))
+                        self.totals[(k, m)] = (total + value, count + 1)
+        for m, value in enumerate(values):
             if math.isnan(value):
                 self.skipped += 1
                 continue
-            for klass in (scored.klass, OVERALL):
-                key = (scored.source, klass, m)
+            for k in (klass, OVERALL):
+                key = (source, k, m)
                 counts = self.histograms.get(key)
                 if counts is None:
                     counts = self.histograms[key] = [0] * (len(SCORE_BUCKETS) + 1)
                     self.histogram_sums[key] = 0.0
                 counts[bisect_left(SCORE_BUCKETS, value)] += 1
                 self.histogram_sums[key] += value
-        for (source, length), window in self.time_windows.items():
-            if source == scored.source and scored.time >= self.clock - length:
-                window.entries.append(scored)
-                window.add(scored)
+        for (window_source, length), window in self.time_windows.items():
+            if window_source == source and time >= self.clock - length:
+                window.add(time, klass, values)
 
     def _evict(self) -> None:
-        for (_, length), window in self.time_windows.items():
-            horizon = self.clock - length
-            entries = window.entries
-            while entries and entries[0].time < horizon:
-                window.add(entries.popleft(), sign=-1)
+        for window in self.time_windows.values():
+            window.evict(self.clock)
 
     def _complete(self, sample: Sample) -> None:
         del self.open_samples[sample.sample_id]
         baseline = self._baseline()
         if sample.sample_id == self.config.baseline:
             self.pinned = sample
-        self.completed.append(sample)
-        keep = max([*self.config.last_samples, 1]) + 1
-        while len(self.completed) > keep:
+        cells: Cells = {}
+        for klass, values in sample.scores.values():
+            _add_cells(cells, klass, values)
+        self.completed.append(Summary(sample.sample_id, sample.last, cells))
+        while len(self.completed) > max([*self.config.last_samples, 1]):
             self.completed.popleft()
+        self.previous = sample
         self.last_completed_time = sample.last
         if baseline is not None:
             self._judge(sample, baseline)
 
     def _baseline(self) -> Sample | None:
         if self.config.baseline == "previous":
-            return self.completed[-1] if self.completed else None
+            return self.previous
         return self.pinned
 
     def _judge(self, sample: Sample, baseline: Sample) -> None:
@@ -322,3 +486,137 @@ class Judged:
             if comparison.shared >= config.min_shared_queries:
                 verdict = key in significant and comparison.delta < -config.min_drop
             self.verdicts[key] = Verdict(sample.sample_id, baseline.sample_id, comparison, verdict)
+
+    # --- state as data ---------------------------------------------------------------------
+
+    def snapshot(self) -> JudgedState:
+        return JudgedState(
+            active=self.active, clock=finite_or_none(self.clock),
+            judgment_clock=finite_or_none(self.judgment_clock),
+            pending=[
+                PendingState(p.source, p.time, p.klass, p.key, p.sample_id, list(p.ranking),
+                             dict(p.labels))
+                for p in self.pending
+            ],
+            windows=[
+                WindowState(source, length, sorted(window.buckets),
+                            [CellsState.of(window.buckets[b]) for b in sorted(window.buckets)])
+                for (source, length), window in self.time_windows.items()
+            ],
+            histograms=[
+                ScoreHistogramState(source, klass, m, list(counts),
+                                    self.histogram_sums[(source, klass, m)])
+                for (source, klass, m), counts in self.histograms.items()
+            ],
+            open_samples=[_sample_state(s) for s in self.open_samples.values()],
+            completed=[
+                SummaryState(s.sample_id, s.last, CellsState.of(s.cells)) for s in self.completed
+            ],
+            previous=_sample_state(self.previous) if self.previous is not None else None,
+            pinned=_sample_state(self.pinned) if self.pinned is not None else None,
+            verdicts=[
+                VerdictState(k, m, v.sample_id, v.baseline_id, v.comparison.shared,
+                             v.comparison.delta, v.comparison.p_permutation, v.comparison.p_t,
+                             v.regression)
+                for (k, m), v in self.verdicts.items()
+            ],
+            last_completed_time=self.last_completed_time,
+            qrels_keys=list(self.qrels), qrels_labels=list(self.qrels.values()),
+            skipped=self.skipped,
+            totals=CellsState.of({k: [t, float(n)] for k, (t, n) in self.totals.items()}),
+            judged_classes=list(self.judged_queries),
+            judged_counts=list(self.judged_queries.values()),
+        )
+
+    def restore(self, state: JudgedState, classes: int) -> None:
+        """Rebuild from ``state``; ``classes``: how many query classes the pipeline has."""
+        measures = len(self.specs)
+
+        def klass_ok(klass: int) -> None:
+            require(OVERALL <= klass < classes, f"judged state: class index {klass}")
+
+        self.active = state.active
+        self.clock = or_minus_infinity(state.clock)
+        self.judgment_clock = or_minus_infinity(state.judgment_clock)
+        require(len(state.pending) <= BATCH, "judged state: more pending than a batch")
+        for p in state.pending:
+            klass_ok(p.klass)
+            require(p.source in SOURCES, f"judged state: source {p.source!r}")
+        self.pending = [
+            Pending(p.source, p.time, p.klass, p.key, p.sample_id, p.ranking, p.labels)
+            for p in state.pending
+        ]
+        windows = {(w.source, w.length): w for w in state.windows}
+        require(windows.keys() == self.time_windows.keys(),
+                "judged state: not the windows of this configuration")
+        for key, window in self.time_windows.items():
+            saved = windows[key]
+            same_lengths("window buckets", saved.buckets, saved.cells)
+            window.buckets = {
+                b: cells.cells(classes, measures)
+                for b, cells in zip(saved.buckets, saved.cells, strict=True)
+            }
+            require(len(window.buckets) <= WINDOW_BUCKETS + 2, "judged state: too many buckets")
+        self.histograms, self.histogram_sums = {}, {}
+        for h in state.histograms:
+            klass_ok(h.klass)
+            require(h.source in SOURCES and 0 <= h.measure < measures
+                    and len(h.counts) == len(SCORE_BUCKETS) + 1,
+                    "judged state: a malformed score histogram")
+            self.histograms[(h.source, h.klass, h.measure)] = list(h.counts)
+            self.histogram_sums[(h.source, h.klass, h.measure)] = h.sum
+        self.open_samples = {
+            s.sample_id: _sample(s, classes, measures) for s in state.open_samples
+        }
+        self.completed = deque(
+            Summary(s.sample_id, s.last, s.cells.cells(classes, measures))
+            for s in state.completed
+        )
+        self.previous = _sample(state.previous, classes, measures) if state.previous else None
+        self.pinned = _sample(state.pinned, classes, measures) if state.pinned else None
+        self.verdicts = {}
+        for v in state.verdicts:
+            klass_ok(v.klass)
+            require(0 <= v.measure < measures, "judged state: a verdict's measure")
+            self.verdicts[(v.klass, v.measure)] = Verdict(
+                v.sample_id, v.baseline_id,
+                PairedComparison(v.shared, v.delta, v.p_permutation, v.p_t), v.regression,
+            )
+        self.last_completed_time = state.last_completed_time
+        same_lengths("qrels", state.qrels_keys, state.qrels_labels)
+        require(len(state.qrels_keys) <= self.config.qrels_capacity,
+                "judged state: more qrels than the capacity")
+        for labels in state.qrels_labels:
+            require(all(-(2**31) <= v < 2**31 for v in labels.values()),
+                    "judged state: a qrels label out of range")
+        self.qrels = OrderedDict(zip(state.qrels_keys, state.qrels_labels, strict=True))
+        self.skipped = state.skipped
+        self.totals = {
+            key: (total, int(count))
+            for key, (total, count) in state.totals.cells(classes, measures).items()
+        }
+        same_lengths("judged queries", state.judged_classes, state.judged_counts)
+        for klass in state.judged_classes:
+            klass_ok(klass)
+        self.judged_queries = dict(zip(state.judged_classes, state.judged_counts, strict=True))
+
+
+def _sample_state(sample: Sample) -> SampleState:
+    return SampleState(
+        sample.sample_id, sample.first, sample.last, list(sample.scores),
+        [klass for klass, _ in sample.scores.values()],
+        [nan_or_none(values) for _, values in sample.scores.values()], sample.pending,
+    )
+
+
+def _sample(state: SampleState, classes: int, measures: int) -> Sample:
+    same_lengths(f"sample {state.sample_id}", state.keys, state.klass, state.scores)
+    for klass, values in zip(state.klass, state.scores, strict=True):
+        if not (0 <= klass < classes and len(values) == measures):
+            raise StateError(f"sample {state.sample_id}: a class index or score row")
+    return Sample(
+        state.sample_id, state.first, state.last,
+        {key: (klass, none_as_nan(values))
+         for key, klass, values in zip(state.keys, state.klass, state.scores, strict=True)},
+        state.pending,
+    )

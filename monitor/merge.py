@@ -1,67 +1,38 @@
-"""One exported view of several pipelines (one per Kafka partition), and the ledger that keeps
-a replica's exported counters monotonic while partitions come and go.
+"""The ledger that keeps a replica's exported counters monotonic while partitions come and go.
 
 Sessions never span partitions (producers key events by session_id), so each partition has
 its own pipeline and its own watermark: a partition that is read ahead of another cannot make
-the other's events late. Counters add up by class name. Offline (judged) state belongs to the
-judgments topic's partition and is exported by the replica that owns it.
+the other's events late. What a replica exports is arithmetic over the partitions' export
+snapshots (``monitor.export.combine``). Offline (judged) state belongs to the judgments
+topic's partition and is exported by the replica that owns it.
 """
 
 from __future__ import annotations
 
-import copy
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.checkpoint import Key
-from monitor.config import Config
-from monitor.judged import OVERALL, Judged
-from monitor.online import OnlineCounters
-from monitor.pipeline import Pipeline
+from monitor.export import Export, combine
+from monitor.snapshots import require
+
+Key = tuple[str, int]
+"""A source partition: (topic, partition)."""
 
 
-def merged(
-    config: Config,
-    pipelines: Sequence[Pipeline],
-    debited: Sequence[Pipeline] = (),
-    live: Sequence[Pipeline] | None = None,
-    offline: Pipeline | None = None,
-) -> Pipeline:
-    """A pipeline for export only: counters (the judged-score histograms too) are the sums
-    of ``pipelines`` minus ``debited``; gauges (open sessions, newest event time) come from
-    ``live`` (default: ``pipelines``); the offline windows and verdicts from ``offline``.
-
-    Nothing given is modified; the view shares their offline windows (pickle it to freeze).
-    """
-    view = Pipeline(config)
-    if offline is not None:  # first: the view's class indexes are then the offline state's
-        for name in offline.classes.names:
-            _index(view, name)
-        view.judged = copy.copy(offline.judged)
-        view.judged.histograms, view.judged.histogram_sums, view.judged.skipped = {}, {}, 0
-    signed = [(p, 1) for p in pipelines] + [(p, -1) for p in debited]
-    for pipeline, sign in signed:
-        index = {klass: _index(view, name) for klass, name in enumerate(pipeline.classes.names)}
-        _add_counters(view.counters, pipeline.counters, index, sign)
-        health, other = view.health, pipeline.health
-        health.accepted += sign * other.accepted
-        health.ignored_actions += sign * other.ignored_actions
-        health.judged_messages += sign * other.judged_messages
-        for reason, count in other.rejected.items():
-            health.rejected[reason] += sign * count
-        view.sessions.unmatched_clicks += sign * pipeline.sessions.unmatched_clicks
-        _add_scores(view.judged, pipeline.judged, index, sign)
-    for pipeline in pipelines if live is None else live:
-        view.sessions.newest = max(view.sessions.newest, pipeline.sessions.newest)
-        view.sessions.reported_open += pipeline.sessions.open_count
-    return view
+@dataclass(frozen=True)
+class PartitionExport:
+    topic: str
+    partition: int
+    export: Export
 
 
-def counters_of(pipeline: Pipeline) -> Pipeline:
-    """A pipeline's exported figures without its sessions (small enough to keep and send)."""
-    offline = pipeline if pipeline.judged.active else None
-    return merged(pipeline.config, [pipeline], offline=offline)
+@dataclass(frozen=True)
+class LedgerState:
+    replica: str
+    retired: Export
+    bases: list[PartitionExport]
+    views: list[PartitionExport]
 
 
 @dataclass
@@ -75,73 +46,50 @@ class Ledger:
     a checkpoint this ledger's replica wrote itself keeps its base: a restart continues.
     """
 
-    config: Config
     replica: str = field(default_factory=lambda: uuid.uuid4().hex)
-    retired: list[Pipeline] = field(default_factory=list)
-    bases: dict[Key, Pipeline] = field(default_factory=dict)
-    views: dict[Key, Pipeline] = field(default_factory=dict)
+    retired: Export = field(default_factory=Export)
+    bases: dict[Key, Export] = field(default_factory=dict)
+    views: dict[Key, Export] = field(default_factory=dict)
     """The newest durable view of each partition owned (or owned before a restart)."""
 
-    def acquire(self, key: Key, view: Pipeline, writer: str | None) -> None:
+    def acquire(self, key: Key, view: Export, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:
             self.release(key)  # another replica counted it meanwhile: ours stays as it was
         if key not in self.bases:
             self.bases[key] = view
         self.views[key] = view
 
-    def update(self, key: Key, view: Pipeline) -> None:
+    def update(self, key: Key, view: Export) -> None:
         self.views[key] = view
 
     def release(self, key: Key) -> None:
         view, base = self.views.pop(key, None), self.bases.pop(key, None)
         if view is not None and base is not None:
-            self.retired = [merged(self.config, [*self.retired, view], [base], live=())]
+            self.retired = combine([(self.retired, 1), (view, 1), (base, -1)])
 
-    def exported(self, owned: set[Key], offline: Key | None) -> Pipeline:
-        """Counters: everything this replica counted; gauges: the partitions it owns now."""
+    def exported(self, owned: Iterable[Key], offline: Key | None) -> Export:
+        """Counters: everything this replica counted; gauges: the partitions it owns now;
+        offline gauges: those of ``offline``, kept through restarts and rebalances until
+        another replica takes that partition."""
         keys = sorted(self.views)
-        return merged(
-            self.config,
-            [*self.retired, *(self.views[k] for k in keys)],
-            [self.bases[k] for k in keys],
-            live=[self.views[k] for k in keys if k in owned],
+        live = set(owned)
+        return combine(
+            [(self.retired, 1), *((self.views[k], 1) for k in keys),
+             *((self.bases[k], -1) for k in keys)],
+            live=[self.views[k] for k in keys if k in live],
             offline=self.views.get(offline) if offline is not None else None,
         )
 
-
-def _index(view: Pipeline, name: str) -> int:
-    found = view.classes.index.get(name)
-    if found is None:
-        found = view.classes._add(name)
-        view.counters.add_class()
-    return found
-
-
-def _add_counters(
-    total: OnlineCounters, part: OnlineCounters, index: dict[int, int], sign: int
-) -> None:
-    for name in OnlineCounters.COUNTS:
-        into, values = getattr(total, name), getattr(part, name)
-        for klass, value in enumerate(values):
-            into[index[klass]] += sign * value
-    for name, histogram in part.histograms():
-        into_histogram = getattr(total, name)
-        for klass, counts in enumerate(histogram.counts):
-            target = into_histogram.counts[index[klass]]
-            for bucket, count in enumerate(counts):
-                target[bucket] += sign * count
-            into_histogram.sums[index[klass]] += sign * histogram.sums[klass]
-
-
-def _add_scores(total: Judged, part: Judged, index: dict[int, int], sign: int) -> None:
-    """The judged-score histograms are counters too: signed like the online ones."""
-    for (source, klass, measure), counts in part.histograms.items():
-        key = (source, klass if klass == OVERALL else index[klass], measure)
-        into = total.histograms.setdefault(key, [0] * len(counts))
-        for bucket, count in enumerate(counts):
-            into[bucket] += sign * count
-        total.histogram_sums[key] = total.histogram_sums.get(key, 0.0) + sign * (
-            part.histogram_sums[(source, klass, measure)]
+    def snapshot(self) -> LedgerState:
+        return LedgerState(
+            self.replica, self.retired,
+            [PartitionExport(*key, export) for key, export in sorted(self.bases.items())],
+            [PartitionExport(*key, export) for key, export in sorted(self.views.items())],
         )
-    total.skipped += sign * part.skipped
 
+    @staticmethod
+    def restore(state: LedgerState) -> Ledger:
+        bases = {(p.topic, p.partition): p.export for p in state.bases}
+        views = {(p.topic, p.partition): p.export for p in state.views}
+        require(bases.keys() == views.keys(), "ledger: partitions without a base or a view")
+        return Ledger(state.replica, state.retired, bases, views)

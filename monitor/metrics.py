@@ -7,7 +7,7 @@ rules. Every ``query_class`` series exists from start-up, at 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from prometheus_client.metrics_core import (
@@ -20,10 +20,10 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from monitor import __version__
-from monitor.classes import ALL
-from monitor.judged import OVERALL, SCORE_BUCKETS, SOURCES
-from monitor.online import Histogram
-from monitor.pipeline import Pipeline
+from monitor.events import Reason
+from monitor.export import SLICE_LABELS, Export, HistogramFigures
+from monitor.judged import SCORE_BUCKETS
+from monitor.online import OnlineCounters
 
 
 class Family(NamedTuple):
@@ -80,51 +80,55 @@ HISTOGRAMS = {
 CLASS_LABEL = "query_class"
 
 
-class PipelineCollector(Collector):
-    """Reads a pipeline's counters when Prometheus scrapes.
+class ExportCollector(Collector):
+    """Renders an ``Export`` when Prometheus scrapes.
 
-    ``pipeline`` returns the state to expose: the live pipeline, or (for the daemon) the state
-    as of the newest durable checkpoint. ``extra`` yields further families of the caller.
+    ``export`` returns the snapshot to expose: a live pipeline's (replay), or (the daemon) the
+    state as of the newest durable checkpoints. ``extra`` yields further families of the caller.
     """
 
     def __init__(
         self,
-        pipeline: Callable[[], Pipeline],
+        export: Callable[[], Export],
         extra: Callable[[], Iterable[Metric]] = lambda: (),
     ) -> None:
-        self._pipeline = pipeline
+        self._export = export
         self._extra = extra
 
     def describe(self) -> Iterable[Metric]:
         return ()
 
     def collect(self) -> Iterator[Metric]:
-        pipeline = self._pipeline()
-        names = list(pipeline.classes.names)
-        counters = pipeline.counters
-        for attribute, family in COUNTERS.items():
-            metric = CounterMetricFamily(family.name, family.help, labels=[CLASS_LABEL])
-            values = getattr(counters, attribute)
-            for klass, name in enumerate(names):
-                metric.add_metric([name], values[klass])
+        figures = self._export()
+        labels = list(SLICE_LABELS)
+        for i, family in enumerate(COUNTERS.values()):
+            metric = CounterMetricFamily(family.name, family.help, labels=labels)
+            for figure in figures.slices:
+                metric.add_metric(list(figure.slice), figure.counts[i])
             yield metric
-        for attribute, family in HISTOGRAMS.items():
-            yield _histogram(family, names, getattr(counters, attribute))
-        yield from _offline(pipeline)
-        yield from _health(pipeline)
+        for i, (attribute, family) in enumerate(HISTOGRAMS.items()):
+            histogram = HistogramMetricFamily(family.name, family.help, labels=labels)
+            bounds = BOUNDS[attribute]
+            for figure in figures.slices:
+                _add_histogram(histogram, list(figure.slice), bounds, figure.histograms[i])
+            yield histogram
+        yield from _offline(figures)
+        yield from _health(figures)
         yield from self._extra()
 
 
-def _histogram(family: Family, names: list[str], histogram: Histogram) -> Metric:
-    metric = HistogramMetricFamily(family.name, family.help, labels=[CLASS_LABEL])
-    bounds = [*(_le(b) for b in histogram.bounds), "+Inf"]
-    for klass, name in enumerate(names):
-        cumulative, buckets = 0, []
-        for bound, count in zip(bounds, histogram.counts[klass], strict=True):
-            cumulative += count
-            buckets.append((bound, float(cumulative)))
-        metric.add_metric([name], buckets, histogram.sums[klass])
-    return metric
+BOUNDS = {name: histogram.bounds for name, histogram in OnlineCounters().histograms()}
+
+
+def _add_histogram(
+    metric: HistogramMetricFamily, labels: list[str], bounds: Sequence[float],
+    histogram: HistogramFigures,
+) -> None:
+    cumulative, buckets = 0, []
+    for bound, count in zip([*(_le(b) for b in bounds), "+Inf"], histogram.counts, strict=True):
+        cumulative += count
+        buckets.append((bound, float(cumulative)))
+    metric.add_metric(labels, buckets, histogram.sum)
 
 
 def _le(bound: float) -> str:
@@ -146,26 +150,13 @@ def window_label(seconds: float) -> str:
 OFFLINE_LABELS = [CLASS_LABEL, "measure", "source"]
 
 
-def _offline(pipeline: Pipeline) -> Iterator[Metric]:
-    judged = pipeline.judged
-    names = list(pipeline.classes.names)
-    classes = [*((i, name) for i, name in enumerate(names)), (OVERALL, ALL)]
-    measures = [str(spec) for spec in judged.specs]
+def _offline(figures: Export) -> Iterator[Metric]:
     score = HistogramMetricFamily(
         "search_judged_score", "Per-query scores of judged queries.", labels=OFFLINE_LABELS
     )
-    bounds = [*(_le(b) for b in SCORE_BUCKETS), "+Inf"]
-    empty = [0] * (len(SCORE_BUCKETS) + 1)
-    for source in SOURCES:
-        for klass, name in classes:
-            for m, measure in enumerate(measures):
-                counts = judged.histograms.get((source, klass, m), empty)
-                cumulative, buckets = 0, []
-                for bound, count in zip(bounds, counts, strict=True):
-                    cumulative += count
-                    buckets.append((bound, float(cumulative)))
-                total = judged.histogram_sums.get((source, klass, m), 0.0)
-                score.add_metric([name, measure, source], buckets, total)
+    for scores in figures.scores:
+        _add_histogram(score, [*scores.slice, scores.measure, scores.source], SCORE_BUCKETS,
+                       scores.histogram)
     yield score
     window_labels = [*OFFLINE_LABELS, "window"]
     mean = GaugeMetricFamily(
@@ -176,23 +167,6 @@ def _offline(pipeline: Pipeline) -> Iterator[Metric]:
         "search_judged_queries", "Judged queries behind search_judged_score_mean.",
         labels=window_labels,
     )
-    for klass, name in classes:
-        for m, measure in enumerate(measures):
-            for source in SOURCES:
-                for length in judged.config.windows:
-                    found = judged.time_mean(source, length, klass, m)
-                    if found is not None:
-                        labels = [name, measure, source, window_label(length)]
-                        mean.add_metric(labels, found[0])
-                        queries.add_metric(labels, found[1])
-            for last in judged.config.last_samples:
-                found = judged.samples_mean(last, klass, m)
-                if found is not None:
-                    labels = [name, measure, "sample", f"last_{last}_samples"]
-                    mean.add_metric(labels, found[0])
-                    queries.add_metric(labels, found[1])
-    yield mean
-    yield queries
     regression = GaugeMetricFamily(
         "search_judged_regression",
         "1 when the latest judged sample regressed against its baseline (drop > min_drop "
@@ -211,73 +185,81 @@ def _offline(pipeline: Pipeline) -> Iterator[Metric]:
         "search_judged_shared_queries", "Queries the latest sample shares with its baseline.",
         labels=[CLASS_LABEL, "measure"],
     )
-    for (klass, m), verdict in sorted(judged.verdicts.items()):
-        name = ALL if klass == OVERALL else names[klass]
-        labels = [name, measures[m]]
-        comparison = verdict.comparison
-        shared.add_metric(labels, comparison.shared)
-        if verdict.regression is not None:
-            regression.add_metric(labels, 1.0 if verdict.regression else 0.0)
-            delta.add_metric(labels, comparison.delta)
-            pvalue.add_metric([*labels, "permutation"], comparison.p_permutation)
-            pvalue.add_metric([*labels, "t"], comparison.p_t)
-    yield from (regression, delta, pvalue, shared)
-    if judged.last_completed_time is not None:
+    offline = figures.offline
+    if offline is not None:
+        for entry in offline.means:
+            window = (
+                f"last_{entry.window}_samples" if isinstance(entry.window, int)
+                else window_label(entry.window)
+            )
+            labels = [*entry.slice, entry.measure, entry.source, window]
+            mean.add_metric(labels, entry.mean)
+            queries.add_metric(labels, entry.queries)
+        for verdict in offline.verdicts:
+            labels = [*verdict.slice, verdict.measure]
+            shared.add_metric(labels, verdict.shared)
+            if verdict.regression is not None:
+                regression.add_metric(labels, 1.0 if verdict.regression else 0.0)
+                delta.add_metric(labels, verdict.delta)
+                pvalue.add_metric([*labels, "permutation"], verdict.p_permutation)
+                pvalue.add_metric([*labels, "t"], verdict.p_t)
+    yield from (mean, queries, regression, delta, pvalue, shared)
+    if offline is not None and offline.last_sample_time is not None:
         yield GaugeMetricFamily(
             "search_judged_last_sample_timestamp_seconds",
             "Event time of the newest message of the newest completed judged sample.",
-            value=judged.last_completed_time,
+            value=offline.last_sample_time,
         )
     yield CounterMetricFamily(
         "searchmon_judged_scores_skipped",
         "Judged-query scores left out because the measure skips queries without relevant "
-        "documents (no_rel=skip).", value=judged.skipped,
+        "documents (no_rel=skip).", value=figures.skipped_scores,
     )
 
 
-def _health(pipeline: Pipeline) -> Iterator[Metric]:
-    health = pipeline.health
+def _health(figures: Export) -> Iterator[Metric]:
     yield CounterMetricFamily(
-        "searchmon_events_read", "Messages read from every source.", value=health.events_read
+        "searchmon_events_read", "Messages read from every source.", value=figures.events_read
     )
     rejected = CounterMetricFamily(
         "searchmon_events_rejected", "Messages rejected, by reason.", labels=["reason"]
     )
-    for reason, count in health.rejected.items():
-        rejected.add_metric([reason.value], count)
+    for reason, count in figures.rejected.items():
+        rejected.add_metric([reason], count)
     yield rejected
     simple = [
         ("searchmon_events_accepted", "Search-log events accepted into sessions.",
-         health.accepted),
+         figures.accepted),
         ("searchmon_late_events", "Events behind the watermark for a closed session "
-         "(also rejected with reason too_late).", health.rejected_late),
+         "(also rejected with reason too_late).", figures.rejected.get(Reason.TOO_LATE, 0)),
         ("searchmon_duplicate_events", "Events whose event_id was seen before "
-         "(also rejected with reason duplicate).", health.rejected_duplicate),
+         "(also rejected with reason duplicate).", figures.rejected.get(Reason.DUPLICATE, 0)),
         ("searchmon_ignored_actions", "Valid UBI events with an action that is not measured.",
-         health.ignored_actions),
+         figures.ignored_actions),
         ("searchmon_unmatched_clicks", "Clicks whose query_id is not among their session's "
-         "recent queries (counted under the session's class).", pipeline.sessions.unmatched_clicks),
+         "recent queries (counted under the session's class).", figures.unmatched_clicks),
         ("searchmon_judged_messages", "judgment and qrels messages received.",
-         health.judged_messages),
+         figures.judged_messages),
     ]
     for name, text, value in simple:
         yield CounterMetricFamily(name, text, value=value)
     yield GaugeMetricFamily(
-        "searchmon_open_sessions", "Sessions currently open.", value=pipeline.sessions.open_count
+        "searchmon_open_sessions", "Sessions currently open.", value=figures.open_sessions
     )
     yield GaugeMetricFamily(
         "searchmon_query_classes", "Query classes in use, 'other' included.",
-        value=len(pipeline.classes.names),
+        value=len(figures.slices),
     )
-    if pipeline.sessions.newest > float("-inf"):
+    if figures.newest is not None:
         yield GaugeMetricFamily(
             "searchmon_last_event_timestamp_seconds", "Event time of the newest accepted event.",
-            value=pipeline.sessions.newest,
+            value=figures.newest,
         )
+    if figures.watermark is not None:
         yield GaugeMetricFamily(
             "searchmon_watermark_timestamp_seconds",
             "Event time up to which sessions are closed (newest event time - allowed lateness).",
-            value=pipeline.sessions.watermark,
+            value=figures.watermark,
         )
     info = InfoMetricFamily("searchmon_build", "Version of the running searchmon.")
     info.add_metric([], {"version": __version__})

@@ -15,6 +15,14 @@ from typing import Any
 
 from monitor.config import SessionsConfig
 from monitor.events import Reason
+from monitor.snapshots import (
+    Float,
+    Int,
+    finite_or_none,
+    or_minus_infinity,
+    require,
+    same_lengths,
+)
 
 # Bits of Session.flags: the session's own, then those of its latest query; an older
 # query keeps its query bits in its own slot.
@@ -48,6 +56,34 @@ class Histogram:
     def observe(self, klass: int, value: float) -> None:
         self.counts[klass][bisect_left(self.bounds, value)] += 1
         self.sums[klass] += value
+
+    def snapshot(self) -> HistogramState:
+        return HistogramState([list(c) for c in self.counts], list(self.sums))
+
+    def restore(self, state: HistogramState, classes: int, name: str) -> None:
+        require(
+            len(state.counts) == classes == len(state.sums)
+            and all(len(c) == len(self.bounds) + 1 for c in state.counts),
+            f"histogram {name}: not {classes} classes of {len(self.bounds) + 1} buckets",
+        )
+        self.counts = [list(c) for c in state.counts]
+        self.sums = list(state.sums)
+
+
+@dataclass(frozen=True)
+class HistogramState:
+    """Per class: non-cumulative bucket counts (the last is +Inf) and the sum."""
+
+    counts: list[list[Int]]
+    sums: list[Float]
+
+
+@dataclass(frozen=True)
+class CountersState:
+    """``OnlineCounters`` by name (``COUNTS``, ``HISTOGRAMS``), each a list by class index."""
+
+    counts: dict[str, list[Int]]
+    histograms: dict[str, HistogramState]
 
 
 @dataclass
@@ -94,6 +130,25 @@ class OnlineCounters:
         for name in self.HISTOGRAMS:
             yield name, getattr(self, name)
 
+    def snapshot(self) -> CountersState:
+        return CountersState(
+            {name: list(getattr(self, name)) for name in self.COUNTS},
+            {name: histogram.snapshot() for name, histogram in self.histograms()},
+        )
+
+    def restore(self, state: CountersState, classes: int) -> None:
+        require(
+            set(state.counts) == set(self.COUNTS)
+            and set(state.histograms) == set(self.HISTOGRAMS),
+            "online counters: not the counters of this version",
+        )
+        for name in self.COUNTS:
+            values = state.counts[name]
+            require(len(values) == classes, f"counter {name}: not {classes} classes")
+            setattr(self, name, list(values))
+        for name, histogram in self.histograms():
+            histogram.restore(state.histograms[name], classes, name)
+
 
 class Session:
     """One open session: newest event time, first query's class, flags, and recent queries.
@@ -116,6 +171,28 @@ class Session:
         self.query_class = 0
         self.query_time = last
         self.older: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class SessionsState:
+    """``Sessions`` as plain data: one column per ``Session`` field, ``older`` flat four slots
+    per query (id, class, time, flags), times in epoch seconds (null: nothing seen yet)."""
+
+    ids: list[str]
+    last: list[Float]
+    klass: list[Int]
+    queries: list[Int]
+    flags: list[Int]
+    query_id: list[str | None]
+    query_class: list[Int]
+    query_time: list[Float]
+    older: list[list[str | Int | Float | None]]
+    newest: Float | None
+    seen: list[str]
+    seen_before: list[str]
+    generation_end: Float | None
+    next_due: Float | None
+    unmatched_clicks: Int
 
 
 def _restore_session(
@@ -152,30 +229,63 @@ class Sessions:
     due: dict[int, list[str]] = field(default_factory=dict)
     next_due: float = float("-inf")
     unmatched_clicks: int = 0
-    reported_open: int = 0
-    """Open sessions of other pipelines summed into this one (an exported view)."""
 
-    def __getstate__(self) -> dict[str, object]:
-        # The open sessions as columns: pickled (and restored) several times faster than as
-        # objects, which matters for a checkpoint every few seconds
-        state = dict(self.__dict__)
+    def snapshot(self) -> SessionsState:
+        """The open sessions as columns (encoded several times faster than as objects),
+        the watermark's newest event time and the dedupe memory. The closing schedule
+        (``due``) is a cache: rebuilt from the sessions on restore."""
         sessions = list(self.open.values())
-        state["open"] = (
-            list(self.open), [s.last for s in sessions], [s.klass for s in sessions],
-            [s.queries for s in sessions], [s.flags for s in sessions],
-            [s.query_id for s in sessions], [s.query_class for s in sessions],
-            [s.query_time for s in sessions], [s.older for s in sessions],
+        return SessionsState(
+            ids=list(self.open), last=[s.last for s in sessions],
+            klass=[s.klass for s in sessions], queries=[s.queries for s in sessions],
+            flags=[s.flags for s in sessions], query_id=[s.query_id for s in sessions],
+            query_class=[s.query_class for s in sessions],
+            query_time=[s.query_time for s in sessions],
+            older=[s.older or [] for s in sessions],
+            newest=finite_or_none(self.newest), seen=list(self.seen),
+            seen_before=list(self.seen_before),
+            generation_end=finite_or_none(self.generation_end),
+            next_due=finite_or_none(self.next_due), unmatched_clicks=self.unmatched_clicks,
         )
-        return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        ids, *columns = state.pop("open")
-        self.__dict__.update(state)
-        self.open = dict(zip(ids, map(_restore_session, *columns), strict=True))
+    def restore(self, state: SessionsState, classes: int) -> None:
+        same_lengths(
+            "open sessions", state.ids, state.last, state.klass, state.queries, state.flags,
+            state.query_id, state.query_class, state.query_time, state.older,
+        )
+        require(len(set(state.ids)) == len(state.ids), "open sessions: an id twice")
+        require(
+            all(0 <= k < classes for k in (*state.klass, *state.query_class)),
+            "open sessions: a class index out of range",
+        )
+        for older in state.older:
+            require(
+                len(older) % 4 == 0 and len(older) <= self._older_slots
+                and all(
+                    isinstance(older[i + 1], int) and 0 <= older[i + 1] < classes  # type: ignore[operator]
+                    and isinstance(older[i + 2], float | int)
+                    and isinstance(older[i + 3], int)
+                    for i in range(0, len(older), 4)
+                ),
+                "open sessions: a malformed list of older queries",
+            )
+        self.open = dict(zip(state.ids, map(
+            _restore_session, state.last, state.klass, state.queries, state.flags,
+            state.query_id, state.query_class, state.query_time,
+            [older or None for older in state.older],
+        ), strict=True))
+        self.newest = or_minus_infinity(state.newest)
+        self.seen, self.seen_before = set(state.seen), set(state.seen_before)
+        self.generation_end = or_minus_infinity(state.generation_end)
+        self.next_due = or_minus_infinity(state.next_due)
+        self.unmatched_clicks = state.unmatched_clicks
+        self.due = {}
+        for session_id, session in self.open.items():
+            self._schedule(session_id, session.last + self._timeout)
 
     @property
     def open_count(self) -> int:
-        return len(self.open) + self.reported_open
+        return len(self.open)
 
     def __post_init__(self) -> None:
         self.bucket_seconds = max(1.0, self.config.timeout / 30)

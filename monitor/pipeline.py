@@ -27,8 +27,9 @@ from monitor.events import (
     epoch_seconds,
     too_large,
 )
-from monitor.judged import Judged
-from monitor.online import OnlineCounters, Session, Sessions
+from monitor.judged import Judged, JudgedState
+from monitor.online import CountersState, OnlineCounters, Session, Sessions, SessionsState
+from monitor.snapshots import Int, require
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,39 @@ class Health:
     @property
     def rejected_duplicate(self) -> int:
         return self.rejected[Reason.DUPLICATE]
+
+    def snapshot(self) -> HealthState:
+        return HealthState(
+            self.accepted, {reason.value: n for reason, n in self.rejected.items()},
+            self.ignored_actions, self.judged_messages,
+        )
+
+    @staticmethod
+    def restore(state: HealthState) -> Health:
+        require(set(state.rejected) <= {r.value for r in Reason}, "health: an unknown reason")
+        rejected = dict.fromkeys(Reason, 0)
+        rejected.update({Reason(name): n for name, n in state.rejected.items()})
+        return Health(state.accepted, rejected, state.ignored_actions, state.judged_messages)
+
+
+@dataclass(frozen=True)
+class HealthState:
+    accepted: Int
+    rejected: dict[str, Int]
+    ignored_actions: Int
+    judged_messages: Int
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """A pipeline as plain data: the class names (the other parts refer to them by index),
+    the online counters, the open sessions, the daemon's own counters, the offline state."""
+
+    classes: list[str]
+    counters: CountersState
+    sessions: SessionsState
+    health: HealthState
+    judged: JudgedState
 
 
 class Pipeline:
@@ -144,17 +178,40 @@ class Pipeline:
             sessions.on_conversion(session, event.get("query_id"))
         return None
 
-    def __getstate__(self) -> dict[str, object]:
-        """The state a checkpoint keeps: everything but the decoder and lookup shortcuts."""
-        state = dict(self.__dict__)
-        del state["_decode"], state["_class_index"], state["join"]
-        return state
+    def snapshot(self) -> PipelineState:
+        return PipelineState(
+            list(self.classes.names), self.counters.snapshot(), self.sessions.snapshot(),
+            self.health.snapshot(), self.judged.snapshot(),
+        )
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
-        self._decode = decode_native
-        self._class_index = self.classes.index
-        self.join = self
+    @classmethod
+    def restore(cls, config: Config, state: PipelineState) -> Pipeline:
+        """The pipeline ``state`` describes, under ``config`` (the one it was taken with);
+        raises ``StateError`` when its parts do not fit together."""
+        pipeline = cls(config)
+        classes = pipeline.classes
+        known = len(classes.names)
+        require(
+            state.classes[:known] == classes.names and len(set(state.classes)) == len(
+                state.classes
+            ) and all(state.classes),
+            "query classes: not those of this configuration",
+        )
+        require(
+            len(state.classes) == known or (
+                not classes.fixed and len(state.classes) - 1 <= classes.limit
+            ),
+            "query classes: more than the configuration allows",
+        )
+        for name in state.classes[known:]:
+            classes._add(name)
+        pipeline._grow()
+        count = len(classes.names)
+        pipeline.counters.restore(state.counters, count)
+        pipeline.sessions.restore(state.sessions, count)
+        pipeline.health = Health.restore(state.health)
+        pipeline.judged.restore(state.judged, count)
+        return pipeline
 
     def close(self) -> None:
         """End of input: every open session closes and is counted; every sample completes."""

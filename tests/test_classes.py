@@ -5,14 +5,15 @@ from __future__ import annotations
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config, parse_config
-from monitor.metrics import PipelineCollector
+from monitor.export import export
+from monitor.metrics import ExportCollector
 from monitor.pipeline import Pipeline
 from tests.events import query
 
 
 def label_values(pipeline: Pipeline) -> set[str]:
     registry = CollectorRegistry()
-    registry.register(PipelineCollector(lambda: pipeline))
+    registry.register(ExportCollector(lambda: export(pipeline)))
     values = set()
     for family in registry.collect():
         for sample in family.samples:

@@ -21,8 +21,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config
+from monitor.export import export
 from monitor.http import MetricsServer
-from monitor.metrics import PipelineCollector
+from monitor.metrics import ExportCollector
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import replay
 from tests.conftest import DATA
@@ -36,7 +37,7 @@ def replayed() -> CollectorRegistry:
     replay(pipeline, DATA / "replay_small.jsonl", RejectionLog(0))
     pipeline.close()
     registry = CollectorRegistry()
-    registry.register(PipelineCollector(lambda: pipeline))
+    registry.register(ExportCollector(lambda: export(pipeline)))
     return registry
 
 

@@ -44,8 +44,14 @@ def test_time_windows_keep_what_is_inside_and_evict_the_rest() -> None:
     judged.advance(3700.0 + 3601.0)
     judged.judgment("s3", 7301.0, 2, "d", ["d1"], {"d1": 1})
     judged.close()
+    assert judged.time_mean("sample", 3600.0, 1, 0) == (0.0, 1), (
+        "a bucket (1/60 of the window) leaves whole: 3700 s is in the bucket of 3701 s"
+    )
+    judged.advance(3700.0 + 3600.0 + 60.0)
+    judged.judgment("s4", 7360.0, 2, "e", ["d1"], {"d1": 1})
+    judged.close()
     assert judged.time_mean("sample", 3600.0, 1, 0) is None, "an empty window has no mean"
-    assert judged.time_mean("sample", 3600.0, 2, 0) == (0.5, 1)
+    assert judged.time_mean("sample", 3600.0, 2, 0) == (0.5, 2)
 
 
 def test_sample_windows_and_completion_by_quiet_period_and_size() -> None:
@@ -232,3 +238,54 @@ def _write_run(path: Path, served: dict[str, list[str]], keys: dict[str, str]) -
         for t, r in served.items() for i, d in enumerate(r)
     ))
     return path
+
+
+class Recording(Judged):
+    """Judged that also keeps every scored query: the oracle of the bounded windows."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.scored: list[tuple[str, float, int, tuple[float, ...], float]] = []
+
+    def _record(self, source: str, time: float, klass: int, values: tuple[float, ...]) -> None:
+        self.scored.append((source, time, klass, values, self.clock))
+        super()._record(source, time, klass, values)
+
+
+def test_bounded_windows_hold_the_means_of_the_queries_inside_on_generated_traffic() -> None:
+    """Two hours of traffic with live qrels and hourly samples: every window mean equals the
+    mean over the scored queries themselves, by the documented rule (admitted when inside the
+    window at scoring time; gone once their bucket of length/60 lies before clock - length)."""
+    config = Config.model_validate({"offline": {"windows": ["10m", "1h", "24h"]}})
+    pipeline = Pipeline(config)
+    recording = Recording(config.offline)
+    pipeline.judged = recording
+    stream = events(World.build(8), Traffic(
+        seed=8, duration=2 * 3600.0, sessions_per_second=2.0, qrels=True,
+        judged_every=3600.0, judged_queries=80,
+    ))
+    checked = 0
+    for number, (_, _, message) in enumerate(stream):
+        pipeline.feed(message)
+        if number % 5000 != 4999:
+            continue
+        recording._flush()
+        for (source, length), window in recording.time_windows.items():
+            width = length / 60
+            first = (recording.clock - length) // width
+            for klass in {k for *_, k, _, _ in recording.scored} | {OVERALL}:
+                for m in range(len(recording.specs)):
+                    inside = [
+                        values[m] for s, time, k, values, clock in recording.scored
+                        if s == source and time >= clock - length and time // width >= first
+                        and klass in (k, OVERALL) and not math.isnan(values[m])
+                    ]
+                    found = window.mean(klass, m)
+                    if not inside:
+                        assert found is None
+                        continue
+                    assert found is not None and found[1] == len(inside)
+                    assert found[0] == pytest.approx(sum(inside) / len(inside), rel=1e-9)
+                    checked += 1
+        assert len(window.buckets) <= 61
+    assert checked > 100

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import pickle
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from monitor import codec
+from monitor.checkpoint import restore_unit
+from monitor.codec import UnitState
 from monitor.config import Config, parse_config
 from monitor.events import Reason
-from monitor.generate import Traffic, World, events
+from monitor.export import export
+from monitor.generate import Regression, Traffic, World, events
 from monitor.online import Session
 from monitor.pipeline import Pipeline
 from monitor.replay import report
@@ -204,18 +208,42 @@ def test_clicks_on_forgotten_or_unknown_queries_count_under_the_session_class() 
     assert pipeline.sessions.unmatched_clicks == 1
 
 
-def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped() -> None:
+def round_trip(pipeline: Pipeline) -> Pipeline:
+    """Through a checkpoint as the daemon writes and reads it."""
+    data = codec.encode("unit", UnitState(
+        "events", 0, 0, 0.0, None, codec.fingerprint(pipeline.config), pipeline.snapshot()
+    ))
+    return restore_unit(data, "test", pipeline.config)[1]
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5, 0.8])
+def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped(
+    fraction: float,
+) -> None:
     """Checkpoints keep the open sessions as columns: every field, recent queries included,
-    must come back, so the rest of the stream counts the same."""
+    must come back, so the rest of the stream counts the same; the offline state (qrels,
+    windows, open and completed samples, verdicts) too."""
     world = World.build(5)
-    stream = [line for _, _, line in events(world, Traffic(seed=5, duration=600.0))]
-    half = len(stream) // 2
+    stream = [line for _, _, line in events(world, Traffic(
+        seed=5, duration=4 * 3600.0, sessions_per_second=2.0, qrels=True, judged_every=3600.0,
+        judged_queries=60, regression=Regression("navigational", 1.79e9 + 2 * 3600.0),
+    ))]
+    half = int(len(stream) * fraction)
     uninterrupted, first = Pipeline(CONFIG), Pipeline(CONFIG)
     for line in stream[:half]:
         uninterrupted.feed(line)
         first.feed(line)
     assert any(s.older for s in first.sessions.open.values()), "no session with older queries"
-    restored: Pipeline = pickle.loads(pickle.dumps(first, protocol=5))
+    assert first.judged.qrels and first.judged.time_windows, "offline state to restore"
+    restored = round_trip(first)
+
+    def state(pipeline: Pipeline) -> dict[str, object]:
+        snapshot = pipeline.snapshot()
+        fields = {f: getattr(snapshot.sessions, f) for f in snapshot.sessions.__annotations__}
+        fields["seen"], fields["seen_before"] = set(fields["seen"]), set(fields["seen_before"])
+        return {**fields, "rest": replace(snapshot, sessions=None)}
+
+    assert state(restored) == state(first)
 
     def fields(pipeline: Pipeline) -> dict[str, tuple[Any, ...]]:
         return {
@@ -230,3 +258,5 @@ def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped() -> No
     uninterrupted.close()
     restored.close()
     assert report(restored) == report(uninterrupted)
+    assert export(restored) == export(uninterrupted)
+    assert uninterrupted.judged.verdicts, "samples were judged"

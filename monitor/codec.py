@@ -1,0 +1,147 @@
+"""The checkpoint codec: state snapshots as versioned, checksummed JSON documents.
+
+An encoded document is three parts::
+
+    searchmon-checkpoint 3 KIND\n      (KIND: unit or ledger)
+    SHA-256 of the payload, hex\n
+    payload: one JSON object
+
+A ``unit`` is one source partition's state (``UnitState``): the partition, the offset it
+reflects, when and by which replica it was written, a fingerprint of the configuration
+sections its state depends on, and the pipeline's snapshot (``PipelineState``). A ``ledger`` is
+a replica's ``LedgerState``. Decoding is data only: a document is parsed and validated
+against the snapshot types (every integer within 64 bits, every float finite), then its parts
+are checked against each other when a component is rebuilt from it. Bytes that are truncated,
+altered, of another kind or of an unknown version fail with a ``CheckpointError`` that says
+which; nothing in them can run code.
+
+Versions: 2 was a pickle of the live objects (not readable safely; the daemon asks for
+``--discard-checkpoint``). 3 is this format. A change of the snapshot types raises
+``VERSION`` and adds a function ``migrate_3_to_4(document) -> document`` to ``MIGRATIONS``,
+applied in turn to older documents before validation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from monitor.config import Config
+from monitor.merge import LedgerState
+from monitor.pipeline import PipelineState
+from monitor.snapshots import Float, Int
+
+VERSION = 3
+PREFIX = b"searchmon-checkpoint "
+STATE_SECTIONS = ("sessions", "query_classes", "input", "offline")
+"""Configuration sections whose change makes a partition's state meaningless."""
+
+Document = dict[str, Any]
+MIGRATIONS: dict[int, Callable[[Document], Document]] = {}
+"""``MIGRATIONS[n]`` turns a version-n payload into a version n+1 payload."""
+
+
+class CheckpointError(Exception):
+    """A checkpoint that exists but cannot be used."""
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """One source partition's state."""
+
+    topic: str
+    partition: Int
+    offset: Int
+    """Next offset to process: everything before it is in the pipeline."""
+    written_at: Float
+    """Wall-clock time of writing (for the checkpoint-age alert)."""
+    writer: str | None
+    """The replica that wrote it (its ledger's id): whoever restores it knows who counted."""
+    fingerprint: dict[str, str]
+    """Per section of ``STATE_SECTIONS``: a digest of its settings when this was written."""
+    pipeline: PipelineState
+
+
+T = TypeVar("T")
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {
+    "unit": TypeAdapter(UnitState),
+    "ledger": TypeAdapter(LedgerState),
+}
+
+
+def fingerprint(config: Config) -> dict[str, str]:
+    return {
+        section: hashlib.sha256(
+            json.dumps(getattr(config, section).model_dump(mode="json"), sort_keys=True)
+            .encode()
+        ).hexdigest()[:16]
+        for section in STATE_SECTIONS
+    }
+
+
+def changed_sections(unit: UnitState, config: Config) -> list[str]:
+    now = fingerprint(config)
+    return [section for section in STATE_SECTIONS if unit.fingerprint.get(section) != now[section]]
+
+
+def encode(kind: str, value: object) -> bytes:
+    payload = _ADAPTERS[kind].dump_json(value)
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    return PREFIX + f"{VERSION} {kind}\n".encode() + digest + b"\n" + payload
+
+
+def decode_unit(data: bytes, source: str) -> UnitState:
+    unit: UnitState = _decode("unit", data, source)
+    return unit
+
+
+def decode_ledger(data: bytes, source: str) -> LedgerState:
+    ledger: LedgerState = _decode("ledger", data, source)
+    return ledger
+
+
+def _decode(kind: str, data: bytes, source: str) -> Any:
+    header, newline, rest = data.partition(b"\n")
+    if not newline or not header.startswith(PREFIX):
+        raise CheckpointError(f"{source}: not a searchmon checkpoint (bad header)")
+    fields = header[len(PREFIX):].split(b" ")
+    if fields == [b"2"]:
+        raise CheckpointError(
+            f"{source}: written by an earlier searchmon (format 2, pickled objects), which "
+            "this version does not read"
+        )
+    try:
+        version, found = int(fields[0]), fields[1].decode()
+    except (IndexError, ValueError, UnicodeDecodeError):
+        raise CheckpointError(f"{source}: not a searchmon checkpoint (bad header)") from None
+    if version > VERSION or (version < VERSION and version not in MIGRATIONS):
+        raise CheckpointError(
+            f"{source}: format {version}, this version of searchmon reads format {VERSION}"
+            + (" (written by a newer one)" if version > VERSION else "")
+        )
+    if found != kind:
+        raise CheckpointError(f"{source}: a {found} checkpoint where a {kind} was expected")
+    digest, newline, payload = rest.partition(b"\n")
+    if not newline or hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise CheckpointError(f"{source}: corrupt checkpoint (checksum mismatch)")
+    adapter = _ADAPTERS[kind]
+    try:
+        if version == VERSION:
+            return adapter.validate_json(payload)
+        document = json.loads(payload)
+        while version < VERSION:
+            document = MIGRATIONS[version](document)
+            version += 1
+        return adapter.validate_python(document)
+    except (ValidationError, ValueError, RecursionError) as error:
+        raise CheckpointError(f"{source}: unreadable checkpoint ({_first_line(error)})") from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return "; ".join(text[:3])

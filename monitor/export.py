@@ -1,0 +1,253 @@
+"""What ``/metrics`` shows: an immutable snapshot of a pipeline's figures, and the arithmetic
+that combines the snapshots of several partitions and replicas.
+
+An ``Export`` is plain data keyed by names (slice label values, measure names, reasons), never
+by a pipeline's class indexes, so snapshots of pipelines that learned their classes in another
+order add up. Counters (and histograms, which are counters too) are added with a sign; gauges
+(open sessions, the newest event time) come from the partitions owned now; the offline gauges
+(window means, verdicts) from the one pipeline that holds the offline state.
+
+A slice is the tuple of label values of ``SLICE_LABELS`` that a series carries. Today that is
+the query class alone; a new dimension is a new label in the tuple, not a new code path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from monitor.classes import ALL
+from monitor.events import Reason
+from monitor.judged import OVERALL, SCORE_BUCKETS, SOURCES
+from monitor.online import OnlineCounters
+from monitor.pipeline import Pipeline
+from monitor.snapshots import Float, Int, finite_or_none
+
+SLICE_LABELS = ("query_class",)
+Slice = tuple[str, ...]
+"""Values of ``SLICE_LABELS``, in that order."""
+
+
+@dataclass(frozen=True)
+class HistogramFigures:
+    counts: tuple[Int, ...]
+    """Non-cumulative bucket counts; the last bucket is +Inf."""
+    sum: Float
+
+
+@dataclass(frozen=True)
+class SliceFigures:
+    """The online counters of one slice: ``OnlineCounters.COUNTS`` and ``HISTOGRAMS`` order."""
+
+    slice: Slice
+    counts: tuple[Int, ...]
+    histograms: tuple[HistogramFigures, ...]
+
+    def count(self, name: str) -> int:
+        """The counter ``name`` of ``OnlineCounters.COUNTS``."""
+        return self.counts[OnlineCounters.COUNTS.index(name)]
+
+
+@dataclass(frozen=True)
+class ScoreFigures:
+    """The judged-score histogram of one source, slice (``all``: overall) and measure."""
+
+    source: str
+    slice: Slice
+    measure: str
+    histogram: HistogramFigures
+
+
+@dataclass(frozen=True)
+class MeanFigures:
+    slice: Slice
+    measure: str
+    source: str
+    window: Float | Int
+    """Seconds of a time window (float), or a number of samples (int)."""
+    mean: Float
+    queries: Int
+
+
+@dataclass(frozen=True)
+class VerdictFigures:
+    slice: Slice
+    measure: str
+    shared: Int
+    regression: bool | None
+    delta: Float
+    p_permutation: Float
+    p_t: Float
+
+
+@dataclass(frozen=True)
+class OfflineFigures:
+    """Gauges of the offline state: they come from its one owner, never added up."""
+
+    means: tuple[MeanFigures, ...] = ()
+    verdicts: tuple[VerdictFigures, ...] = ()
+    last_sample_time: Float | None = None
+
+
+@dataclass(frozen=True)
+class Export:
+    slices: tuple[SliceFigures, ...] = ()
+    accepted: Int = 0
+    rejected: dict[str, Int] = field(
+        default_factory=lambda: dict.fromkeys((r.value for r in Reason), 0)
+    )
+    ignored_actions: Int = 0
+    judged_messages: Int = 0
+    unmatched_clicks: Int = 0
+    scores: tuple[ScoreFigures, ...] = ()
+    skipped_scores: Int = 0
+    open_sessions: Int = 0
+    newest: Float | None = None
+    """Event time of the newest accepted event (None: none yet)."""
+    watermark: Float | None = None
+    offline: OfflineFigures | None = None
+
+    @property
+    def events_read(self) -> int:
+        """Every message fed: accepted, rejected, ignored or judged."""
+        return (
+            self.accepted + sum(self.rejected.values()) + self.ignored_actions
+            + self.judged_messages
+        )
+
+    def slice(self, values: Slice) -> SliceFigures | None:
+        return next((s for s in self.slices if s.slice == values), None)
+
+
+def export(pipeline: Pipeline) -> Export:
+    """The figures of one pipeline: every class it knows (configured ones from the start)."""
+    names = pipeline.classes.names
+    counters, health, judged = pipeline.counters, pipeline.health, pipeline.judged
+    columns = [getattr(counters, name) for name in OnlineCounters.COUNTS]
+    histograms = [histogram for _, histogram in counters.histograms()]
+    slices = tuple(
+        SliceFigures(
+            (name,), tuple(column[klass] for column in columns),
+            tuple(HistogramFigures(tuple(h.counts[klass]), h.sums[klass]) for h in histograms),
+        )
+        for klass, name in enumerate(names)
+    )
+    measures = [str(spec) for spec in judged.specs]
+    classes = [*enumerate(names), (OVERALL, ALL)]
+    empty = (0,) * (len(SCORE_BUCKETS) + 1)
+    scores = tuple(
+        ScoreFigures(
+            source, (name,), measure,
+            HistogramFigures(
+                tuple(judged.histograms.get((source, klass, m), empty)),
+                judged.histogram_sums.get((source, klass, m), 0.0),
+            ),
+        )
+        for source in SOURCES for klass, name in classes for m, measure in enumerate(measures)
+    )
+    offline = None
+    if judged.active:
+        means = []
+        for klass, name in classes:
+            for m, measure in enumerate(measures):
+                for source in SOURCES:
+                    for length in judged.config.windows:
+                        found = judged.time_mean(source, length, klass, m)
+                        if found is not None:
+                            means.append(MeanFigures((name,), measure, source, float(length),
+                                                     *found))
+                for last in judged.config.last_samples:
+                    found = judged.samples_mean(last, klass, m)
+                    if found is not None:
+                        means.append(MeanFigures((name,), measure, "sample", int(last), *found))
+        verdicts = tuple(
+            VerdictFigures(
+                (ALL if klass == OVERALL else names[klass],), measures[m],
+                v.comparison.shared, v.regression, v.comparison.delta,
+                v.comparison.p_permutation, v.comparison.p_t,
+            )
+            for (klass, m), v in sorted(judged.verdicts.items())
+        )
+        offline = OfflineFigures(tuple(means), verdicts, judged.last_completed_time)
+    sessions = pipeline.sessions
+    return Export(
+        slices=slices, accepted=health.accepted,
+        rejected={reason.value: count for reason, count in health.rejected.items()},
+        ignored_actions=health.ignored_actions, judged_messages=health.judged_messages,
+        unmatched_clicks=sessions.unmatched_clicks, scores=scores, skipped_scores=judged.skipped,
+        open_sessions=sessions.open_count, newest=finite_or_none(sessions.newest),
+        watermark=finite_or_none(sessions.watermark), offline=offline,
+    )
+
+
+def combine(
+    counted: Sequence[tuple[Export, int]],
+    live: Iterable[Export] = (),
+    offline: Export | None = None,
+) -> Export:
+    """Counters: the signed sums of ``counted`` (``(export, +1 or -1)``); gauges: from
+    ``live``; the offline gauges: from ``offline``. Slices are matched by their values."""
+    slices: dict[Slice, tuple[list[int], list[list[int]], list[float]]] = {}
+    scores: dict[tuple[str, Slice, str], tuple[list[int], list[float]]] = {}
+    rejected = dict.fromkeys((r.value for r in Reason), 0)
+    accepted = ignored = judged = unmatched = skipped = 0
+    for part, sign in counted:
+        for figures in part.slices:
+            into = slices.get(figures.slice)
+            if into is None:
+                into = slices[figures.slice] = (
+                    [0] * len(figures.counts),
+                    [[0] * len(h.counts) for h in figures.histograms],
+                    [0.0] * len(figures.histograms),
+                )
+            counts, buckets, sums = into
+            for i, value in enumerate(figures.counts):
+                counts[i] += sign * value
+            for i, histogram in enumerate(figures.histograms):
+                row = buckets[i]
+                for b, value in enumerate(histogram.counts):
+                    row[b] += sign * value
+                sums[i] += sign * histogram.sum
+        for score in part.scores:
+            key = (score.source, score.slice, score.measure)
+            found = scores.get(key)
+            if found is None:
+                found = scores[key] = ([0] * len(score.histogram.counts), [0.0])
+            for b, value in enumerate(score.histogram.counts):
+                found[0][b] += sign * value
+            found[1][0] += sign * score.histogram.sum
+        accepted += sign * part.accepted
+        ignored += sign * part.ignored_actions
+        judged += sign * part.judged_messages
+        unmatched += sign * part.unmatched_clicks
+        skipped += sign * part.skipped_scores
+        for reason, count in part.rejected.items():
+            rejected[reason] = rejected.get(reason, 0) + sign * count
+    open_sessions, newest, watermark = 0, None, None
+    for part in live:
+        open_sessions += part.open_sessions
+        newest = _latest(newest, part.newest)
+        watermark = _latest(watermark, part.watermark)
+    return Export(
+        slices=tuple(
+            SliceFigures(key, tuple(counts), tuple(
+                HistogramFigures(tuple(row), total) for row, total in zip(buckets, sums,
+                                                                          strict=True)
+            ))
+            for key, (counts, buckets, sums) in slices.items()
+        ),
+        accepted=accepted, rejected=rejected, ignored_actions=ignored, judged_messages=judged,
+        unmatched_clicks=unmatched,
+        scores=tuple(
+            ScoreFigures(source, key, measure, HistogramFigures(tuple(counts), total[0]))
+            for (source, key, measure), (counts, total) in scores.items()
+        ),
+        skipped_scores=skipped, open_sessions=open_sessions, newest=newest,
+        watermark=watermark, offline=offline.offline if offline is not None else None,
+    )
+
+
+def _latest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)

@@ -1,0 +1,165 @@
+"""The checkpoint codec: versioned JSON that restores exactly, a committed fixture of the
+current format, and bytes from a disk or a topic that can only fail with a clear error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor import codec
+from monitor.checkpoint import CheckpointError, restore_unit
+from monitor.codec import UnitState
+from monitor.config import Config
+from monitor.export import export
+from monitor.generate import Regression, Traffic, World, events
+from monitor.merge import Ledger
+from monitor.pipeline import Pipeline
+from tests.conftest import DATA
+
+CUT = 24000
+FIXTURE = DATA / "checkpoint-v3.ckpt"
+"""A partition's checkpoint written by format 3 (``SEARCHMON_WRITE_GOLDEN=1`` rewrites it):
+the first ``CUT`` messages of ``fixture_stream()`` under the default configuration."""
+
+
+def fixture_stream() -> list[bytes]:
+    return [line for _, _, line in events(World.build(3), Traffic(
+        seed=3, duration=4 * 3600.0, sessions_per_second=1.0, qrels=True, judged_every=3600.0,
+        judged_queries=40, regression=Regression("navigational", 1.79e9 + 3600.0),
+    ))]
+
+
+def fed(lines: list[bytes]) -> Pipeline:
+    pipeline = Pipeline(Config())
+    for line in lines:
+        pipeline.feed(line)
+    return pipeline
+
+
+def encoded(pipeline: Pipeline, offset: int = 0) -> bytes:
+    return codec.encode("unit", UnitState(
+        "search-events", 0, offset, 1.0, "replica-1", codec.fingerprint(pipeline.config),
+        pipeline.snapshot(),
+    ))
+
+
+def test_the_committed_checkpoint_of_format_3_restores_as_the_stream_it_holds() -> None:
+    """Every later format must read this file (or migrate it): an upgrade keeps the open
+    sessions, windows and baselines of a running deployment."""
+    stream = fixture_stream()
+    if os.environ.get("SEARCHMON_WRITE_GOLDEN"):
+        FIXTURE.write_bytes(encoded(fed(stream[:CUT]), CUT))
+    unit, restored = restore_unit(FIXTURE.read_bytes(), str(FIXTURE), Config())
+    assert (unit.topic, unit.partition, unit.offset, unit.writer) == (
+        "search-events", 0, CUT, "replica-1"
+    )
+    reference = fed(stream[:CUT])
+    assert export(restored) == export(reference)
+    assert restored.sessions.open_count > 0 and restored.judged.verdicts
+    for line in stream[CUT:]:
+        restored.feed(line)
+        reference.feed(line)
+    restored.close()
+    reference.close()
+    assert export(restored) == export(reference)
+
+
+def test_a_ledger_round_trips() -> None:
+    ledger = Ledger()
+    ledger.acquire(("events", 0), export(fed(fixture_stream()[:500])), None)
+    ledger.release(("events", 0))
+    ledger.acquire(("events", 1), export(fed(fixture_stream()[:800])), "r")
+    data = codec.encode("ledger", ledger.snapshot())
+    again = Ledger.restore(codec.decode_ledger(data, "test"))
+    assert again == ledger
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"", "bad header"),
+    (b"PK\x03\x04 a zip file", "bad header"),
+    (b"searchmon-checkpoint 2\nabc\n\x80\x05", "format 2"),
+    (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 3"),
+    (b"searchmon-checkpoint 3 ledger\nabc\n{}", "a ledger checkpoint where a unit"),
+    (b"searchmon-checkpoint 3 unit\nabc\n{}", "checksum"),
+])
+def test_what_is_not_a_checkpoint_of_this_version_is_named(data: bytes, problem: str) -> None:
+    with pytest.raises(CheckpointError, match=problem):
+        restore_unit(data, "test", Config())
+
+
+def with_payload(payload: bytes) -> bytes:
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    return b"searchmon-checkpoint 3 unit\n" + digest + b"\n" + payload
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes_fail_only_with_a_checkpoint_error(data: bytes) -> None:
+    for candidate in (data, b"searchmon-checkpoint 3 unit\n" + data, with_payload(data)):
+        with pytest.raises(CheckpointError):
+            restore_unit(candidate, "test", Config())
+
+
+SMALL = encoded(fed(fixture_stream()[:1500]))
+PAYLOAD = SMALL.split(b"\n", 2)[2]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(PAYLOAD) - 1), st.binary(min_size=0, max_size=4)),
+                min_size=1, max_size=4))
+def test_mutated_checkpoints_with_a_valid_checksum_restore_or_fail_clearly(
+    edits: list[tuple[int, bytes]],
+) -> None:
+    """Someone who can write to the state's store: whatever they write, the daemon either
+    restores a state whose parts fit together or says the checkpoint is unusable."""
+    payload = bytearray(PAYLOAD)
+    for position, replacement in edits:
+        payload[position:position + len(replacement) or position + 1] = replacement
+    try:
+        _, pipeline = restore_unit(with_payload(bytes(payload)), "test", Config())
+    except CheckpointError:
+        return
+    export(pipeline)  # what a scrape does with it
+    pipeline.close()
+
+
+VALUES = [10**400, -(10**30), 2**63, 1e308 * 10, "x" * 3, None, [], {}, -1, 0.5]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) -> None:
+    """Each leaf of the document replaced by an extreme or mistyped value (checksum valid)."""
+    document = json.loads(PAYLOAD)
+    paths: list[list[str | int]] = []
+
+    def leaves(node: object, path: list[str | int]) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                leaves(child, [*path, key])
+        elif isinstance(node, list) and node:
+            leaves(node[0], [*path, 0])
+        else:
+            paths.append(path)
+
+    leaves(document, [])
+    assert len(paths) > 60
+    for path in paths:
+        changed = json.loads(PAYLOAD)
+        node = changed
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = value
+        try:
+            text = json.dumps(changed).encode()
+        except ValueError:
+            continue
+        try:
+            _, pipeline = restore_unit(with_payload(text), "test", Config())
+        except CheckpointError:
+            continue
+        export(pipeline)
+        pipeline.close()
