@@ -20,7 +20,7 @@ import numpy as np
 from monitor.classes import normalise
 from monitor.config import OfflineConfig
 from monitor.offline.measures import score
-from monitor.offline.ranking import RankedLists
+from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
 from monitor.offline.spec import MeasureSpec, parse_measure
 from monitor.snapshots import (
     Float,
@@ -54,6 +54,9 @@ class Pending:
     ranking: Sequence[str]
     labels: dict[str, int]
 
+
+MEMO_SIZE = 16384
+"""Scores of (query, results, labels) remembered: a cache, rebuilt after a restart."""
 
 WINDOW_BUCKETS = 60
 """A rolling window of length L keeps its scores in buckets of L / 60 of event time."""
@@ -97,6 +100,30 @@ class Window:
         if bucket is None:
             bucket = self.buckets[index] = {}
         _add_cells(bucket, klass, values)
+
+    def add_batch(
+        self, times: FloatArray, classes: IntArray, matrix: FloatArray, valid: BoolArray
+    ) -> None:
+        """Rows of scores (``valid``: not NaN) at ``times`` of ``classes``."""
+        indexes = np.floor_divide(times, self.width).astype(np.int64)
+        zeroed = np.where(valid, matrix, 0.0)
+        for index in np.unique(indexes):
+            in_bucket = indexes == index
+            bucket = self.buckets.get(int(index))
+            if bucket is None:
+                bucket = self.buckets[int(index)] = {}
+            for klass in [*np.unique(classes[in_bucket]).tolist(), OVERALL]:
+                rows = in_bucket if klass == OVERALL else in_bucket & (classes == klass)
+                sums = zeroed[rows].sum(axis=0).tolist()
+                counts = valid[rows].sum(axis=0).tolist()
+                for m, (total, count) in enumerate(zip(sums, counts, strict=True)):
+                    if count:
+                        cell = bucket.get((klass, m))
+                        if cell is None:
+                            bucket[(klass, m)] = [total, float(count)]
+                        else:
+                            cell[0] += total
+                            cell[1] += count
 
     def evict(self, clock: float) -> None:
         if math.isinf(clock):
@@ -291,6 +318,7 @@ class Judged:
     """All-time number of scored sample queries per class or OVERALL."""
 
     def __post_init__(self) -> None:
+        self._memo: dict[tuple[str, tuple[str, ...]], tuple[dict[str, int], FloatArray]] = {}
         self.specs = [parse_measure(name) for name in self.config.measures]
         for source in SOURCES:
             for length in self.config.windows:
@@ -388,42 +416,91 @@ class Judged:
         if not self.pending:
             return
         batch, self.pending = self.pending, []
-        lists = RankedLists.from_lists([p.ranking for p in batch], [p.labels for p in batch])
-        columns = [score(lists, spec) for spec in self.specs]
-        matrix = np.column_stack(columns) if columns else np.zeros((len(batch), 0))
+        matrix = self._scores_of(batch)
         for pending, row in zip(batch, matrix.tolist(), strict=True):
-            values = tuple(float(v) for v in row)
-            self._record(pending.source, pending.time, pending.klass, values)
             if pending.sample_id is not None:
+                values = tuple(row)
+                self._count_sample_query(pending.klass, values)
                 sample = self.open_samples.get(pending.sample_id)
                 if sample is not None:
                     sample.scores[pending.key] = (pending.klass, values)
                     sample.pending -= 1
+        self._record(
+            np.array([SOURCES.index(p.source) for p in batch]),
+            np.array([p.time for p in batch], dtype=np.float64),
+            np.array([p.klass for p in batch]), matrix,
+        )
         self._evict()
 
-    def _record(self, source: str, time: float, klass: int, values: tuple[float, ...]) -> None:
-        if source == "sample":
-            for k in (klass, OVERALL):
-                self.judged_queries[k] = self.judged_queries.get(k, 0) + 1
-                for m, value in enumerate(values):
-                    if not math.isnan(value):
-                        total, count = self.totals.get((k, m), (0.0, 0))
-                        self.totals[(k, m)] = (total + value, count + 1)
-        for m, value in enumerate(values):
-            if math.isnan(value):
-                self.skipped += 1
+    def _scores_of(self, batch: list[Pending]) -> FloatArray:
+        """One row of scores per query. Live queries repeat (the same text, results and
+        labels): their scores come from a bounded memo when they were computed before."""
+        memo = self._memo
+        matrix = np.empty((len(batch), len(self.specs)), dtype=np.float64)
+        misses, keys = [], []
+        for i, pending in enumerate(batch):
+            key = (pending.key, tuple(pending.ranking))
+            found = memo.get(key)
+            if found is not None and found[0] is pending.labels:
+                matrix[i] = found[1]
+            else:
+                misses.append(i)
+                keys.append(key)
+        if misses:
+            lists = RankedLists.from_lists(
+                [batch[i].ranking for i in misses], [batch[i].labels for i in misses]
+            )
+            for m, spec in enumerate(self.specs):
+                matrix[misses, m] = score(lists, spec)
+            if len(memo) + len(misses) > MEMO_SIZE:
+                memo.clear()
+            for i, key in zip(misses, keys, strict=True):
+                memo[key] = (batch[i].labels, matrix[i].copy())
+        return matrix
+
+    def _count_sample_query(self, klass: int, values: tuple[float, ...]) -> None:
+        for k in (klass, OVERALL):
+            self.judged_queries[k] = self.judged_queries.get(k, 0) + 1
+            for m, value in enumerate(values):
+                if not math.isnan(value):
+                    total, count = self.totals.get((k, m), (0.0, 0))
+                    self.totals[(k, m)] = (total + value, count + 1)
+
+    def _record(
+        self, sources: IntArray, times: FloatArray, classes: IntArray, matrix: FloatArray
+    ) -> None:
+        """A scored batch (one row per query, one column per measure, NaN: skipped) into
+        the score histograms and the windows, a few numpy operations per (class, measure)."""
+        valid = ~np.isnan(matrix)
+        self.skipped += int(valid.size - np.count_nonzero(valid))
+        buckets = np.searchsorted(SCORE_BUCKETS, np.where(valid, matrix, 0.0), side="left")
+        size = len(SCORE_BUCKETS) + 1
+        present = [int(k) for k in np.unique(classes)]
+        for s, source in enumerate(SOURCES):
+            of_source = sources == s
+            if not of_source.any():
                 continue
-            for k in (klass, OVERALL):
-                key = (source, k, m)
-                counts = self.histograms.get(key)
-                if counts is None:
-                    counts = self.histograms[key] = [0] * (len(SCORE_BUCKETS) + 1)
-                    self.histogram_sums[key] = 0.0
-                counts[bisect_left(SCORE_BUCKETS, value)] += 1
-                self.histogram_sums[key] += value
-        for (window_source, length), window in self.time_windows.items():
-            if window_source == source and time >= self.clock - length:
-                window.add(time, klass, values)
+            for klass in [*present, OVERALL]:
+                rows = of_source if klass == OVERALL else of_source & (classes == klass)
+                if not rows.any():
+                    continue
+                for m in range(matrix.shape[1]):
+                    chosen = rows & valid[:, m]
+                    if not chosen.any():
+                        continue
+                    key = (source, klass, m)
+                    counts = self.histograms.get(key)
+                    if counts is None:
+                        counts = self.histograms[key] = [0] * size
+                        self.histogram_sums[key] = 0.0
+                    for bucket, n in enumerate(np.bincount(buckets[chosen, m], minlength=size)):
+                        counts[bucket] += int(n)
+                    self.histogram_sums[key] += float(matrix[chosen, m].sum())
+        for (source, length), window in self.time_windows.items():
+            admitted = (sources == SOURCES.index(source)) & (times >= self.clock - length)
+            if admitted.any():
+                window.add_batch(times[admitted], classes[admitted], matrix[admitted],
+                                 valid[admitted])
 
     def _evict(self) -> None:
         for window in self.time_windows.values():

@@ -14,8 +14,9 @@ import scipy.stats
 
 from monitor.config import Config, OfflineConfig, parse_config
 from monitor.generate import Regression, Traffic, World, events
-from monitor.judged import OVERALL, Judged
+from monitor.judged import OVERALL, SOURCES, Judged
 from monitor.offline.evaluate import evaluate
+from monitor.offline.ranking import FloatArray, IntArray
 from monitor.offline.spec import parse_measure
 from monitor.offline.trec import Qrels, Run
 from monitor.pipeline import Pipeline
@@ -247,9 +248,12 @@ class Recording(Judged):
         super().__post_init__()
         self.scored: list[tuple[str, float, int, tuple[float, ...], float]] = []
 
-    def _record(self, source: str, time: float, klass: int, values: tuple[float, ...]) -> None:
-        self.scored.append((source, time, klass, values, self.clock))
-        super()._record(source, time, klass, values)
+    def _record(
+        self, sources: IntArray, times: FloatArray, classes: IntArray, matrix: FloatArray
+    ) -> None:
+        for s, time, klass, values in zip(sources, times, classes, matrix.tolist(), strict=True):
+            self.scored.append((SOURCES[s], float(time), int(klass), tuple(values), self.clock))
+        super()._record(sources, times, classes, matrix)
 
 
 def test_bounded_windows_hold_the_means_of_the_queries_inside_on_generated_traffic() -> None:
