@@ -182,6 +182,7 @@ def test_consumes_everything_dead_letters_rejections_and_stops_on_sigterm(
         values = wait_until_read(port, total)
         assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
         assert values["searchmon_broker_connected"] == 1.0
+        idle_writes_nothing(tmp_path / "state", port)
     finally:
         daemon.send_signal(signal.SIGTERM)
         started = time.monotonic()
@@ -204,6 +205,28 @@ def test_consumes_everything_dead_letters_rejections_and_stops_on_sigterm(
         offset = int(headers["searchmon.source.offset"])
         assert traffic[partition][offset] == letter.value, "copied unchanged"
         assert rejections(want)[headers["searchmon.reason"].decode()] > 0
+
+
+def idle_writes_nothing(state: Path, port: int) -> None:
+    """With nothing to read, checkpoints go on (their time moves) and no file is written."""
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(f): (f.stat().st_mtime_ns, f.stat().st_size) for f in state.rglob("*")}
+
+    def checkpoint_time() -> float:
+        return scrape(port).get("searchmon_checkpoint_timestamp_seconds", 0.0)
+
+    seen = checkpoint_time()  # the checkpoint of the last records may still be on its way
+    deadline = time.monotonic() + 30
+    while (now := checkpoint_time()) <= seen:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    before, turns = files(), 0
+    while turns < 3:
+        assert time.monotonic() < deadline, "checkpoints go on while idle"
+        if (later := checkpoint_time()) > now:
+            now, turns = later, turns + 1
+        time.sleep(0.1)
+    assert files() == before, "an idle daemon writes nothing"
 
 
 def test_kill_9_at_random_points_loses_nothing_and_counts_nothing_twice(
@@ -519,3 +542,38 @@ def test_calls_on_a_partition_revoked_meanwhile_are_skipped(broker: Broker) -> N
         assert _highwater(consumer, gone) is None
     finally:
         consumer.close()
+
+
+def test_judged_gauges_stay_exported_through_a_restart(tmp_path: Path, broker: Broker) -> None:
+    """The verdict of the latest sample is on /metrics from the restarted daemon's first
+    scrape on: an alert on it neither resolves nor fires again because of the restart."""
+    broker.create_topics({"gauges-events": 2, "gauges-judgments": 1})
+    broker.produce("gauges-judgments", [
+        *((b"s1", judgment("s1", q, q, True)) for q in range(30)),
+        *((b"s2", judgment("s2", q, 100 + q, False)) for q in range(30)),
+    ])
+    kafka = 'events_topic = "gauges-events"\njudgments_topic = "gauges-judgments"\n'
+    group, port = f"g-{uuid.uuid4().hex}", free_port()
+    flag = 'search_judged_regression{measure="nDCG@10",query_class="navigational"}'
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, "[offline]\nsample_size = 30\n")
+    try:
+        deadline = time.monotonic() + 120
+        while scrape(port).get(flag) != 1.0:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, "[offline]\nsample_size = 30\n")
+    try:
+        deadline = time.monotonic() + 60
+        scrapes = []
+        while "took over" not in log_of(tmp_path).split("stopped", 1)[-1] or len(scrapes) < 5:
+            assert time.monotonic() < deadline
+            if values := scrape(port):
+                scrapes.append(values.get(flag))
+            time.sleep(0.05)
+        assert scrapes and all(value == 1.0 for value in scrapes), scrapes
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
