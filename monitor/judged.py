@@ -10,7 +10,6 @@ queries both share (paired by normalised query text). Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -1,0 +1,73 @@
+"""Benchmark: a restart over the state of 3 h of traffic, to "caught up".
+
+On a local broker (the demo's), 3 h of generated traffic with live qrels (10 sessions/s) go to
+a 4-partition events topic and a 1-partition judgments topic. ``searchmon run`` (default group
+timings) reads all of it and stops on SIGTERM; then it starts again over the same state
+directory. Printed: the size of the state directory, and the time from process start to the
+daemon's "caught up" line for the first start (an empty state: the baseline) and for the
+restart, and their ratio.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from monitor.broker import Broker, free_port
+from monitor.generate import Traffic, World, events
+
+
+def run_until_caught_up(config: Path, log: Path, timeout: float = 300.0) -> float:
+    """Seconds from process start to "caught up", as the daemon itself reports them."""
+    with log.open("w") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL, stderr=out,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while not (found := re.search(r"caught up: .*, ([\d.]+) s after start", log.read_text())):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no 'caught up' line; see {log}")
+            time.sleep(0.1)
+        return float(found[1])
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+
+
+def main() -> None:
+    broker = Broker().start()
+    try:
+        broker.create_topics({"search-events": 4, "search-judgments": 1})
+        stream = [(key.encode(), line) for _, key, line in events(World.build(5), Traffic(
+            seed=5, duration=3 * 3600.0, sessions_per_second=10.0, qrels=True,
+        ))]
+        broker.produce("search-judgments", [m for m in stream if b'"type":"qrels"' in m[1]])
+        broker.produce("search-events", [m for m in stream if b'"type":"qrels"' not in m[1]])
+        with tempfile.TemporaryDirectory() as tmp:
+            state = Path(tmp, "state")
+            config = Path(tmp, "searchmon.toml")
+            config.write_text(
+                f'[kafka]\nbootstrap_servers = ["{broker.address}"]\ngroup_id = "bench"\n'
+                f'[http]\nlisten = "127.0.0.1:{free_port()}"\n[state]\ndir = "{state}"\n'
+            )
+            first = run_until_caught_up(config, Path(tmp, "first.log"))
+            size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
+            again = run_until_caught_up(config, Path(tmp, "restart.log"))
+    finally:
+        broker.stop()
+    print(f"restart bench: {len(stream):,} messages (3 h of traffic with live qrels)")
+    print(f"  state directory:             {size / 1e6:10.1f} MB")
+    print(f"  first start to caught up:    {first:10.1f} s  (baseline: reads everything)")
+    print(f"  restart to caught up:        {again:10.1f} s  (target: within 30 s)")
+    print(f"  ratio restart / first start: {again / first:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
