@@ -217,11 +217,15 @@ def _replay(args: argparse.Namespace) -> int:
     pipeline = Pipeline(config)
     rejections = RejectionLog(config.input.rejection_log_limit)
     tune_for_throughput()
-    for path in [*args.events, *args.judgments]:
+    paths = [*args.events, *args.judgments]
+    for number, path in enumerate(paths, 1):
         try:
             replay(pipeline, path, rejections)
         except OSError as error:
             raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+        # the same rule as the daemon's after each batch: with the last file read, no
+        # judgment waits any more
+        pipeline.offline_tick(pipeline.sessions.newest, number == len(paths))
     pipeline.close()
     result = report(pipeline)
     sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))

@@ -75,6 +75,29 @@ class Health:
         return Health(state.accepted, rejected, state.ignored_actions, state.judged_messages)
 
 
+@dataclass(frozen=True, slots=True)
+class LiveQuery:
+    """A live query forwarded to the pipeline holding the offline state (by class name: the
+    holder's class indexes are its own)."""
+
+    class_name: str
+    time: float
+    text: str
+    results: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedMessage:
+    """A judgment or qrels message, validated; ``ranking``: a judgment's, in ranked order."""
+
+    time: float
+    event: Judgment | Qrels
+    ranking: list[str] | None
+
+
+Forwarded = LiveQuery | JudgedMessage
+
+
 @dataclass(frozen=True)
 class HealthState:
     accepted: Int
@@ -110,9 +133,13 @@ class Pipeline:
         self._class_index = self.classes.index
         self._decode = decode_native
         self.judged = Judged(config.offline)
-        self.join: Pipeline | None = self
-        """Whose offline state live queries and judged messages go to: this pipeline's own,
-        or (the daemon) that of the judgments partition; None: nobody's (not owned here)."""
+        self.forwarding = False
+        """Set by the orchestrator when another pipeline holds the offline state: judged
+        messages and live queries then wait in ``forwarded`` for ``forward_to``."""
+        self.forward_live = False
+        """While ``forwarding``: whether live queries are forwarded too (the holder is
+        joining live queries: it has seen a judgment or qrels message)."""
+        self.forwarded: list[Forwarded] = []
 
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
@@ -165,9 +192,13 @@ class Pipeline:
                 count == 0 if count is not None else results == 0,
                 latency / 1000.0 if latency is not None else None,
             )
-            join = self.join
-            if join is not None and join.judged.active:
-                join.live_query(self, klass, time, event["query_text"], event["result_ids"])
+            if not self.forwarding:
+                if self.judged.active:
+                    self._live_query(klass, time, event["query_text"], event["result_ids"])
+            elif self.forward_live:
+                self.forwarded.append(LiveQuery(
+                    self.classes.names[klass], time, event["query_text"], event["result_ids"]
+                ))
         elif kind == "click":
             sessions.on_click(
                 session, event["query_id"], time, event["position"], event.get("dwell_ms")
@@ -219,39 +250,64 @@ class Pipeline:
         self.judged.close()
 
     def _judged(self, event: Judgment | Qrels) -> Rejection | None:
+        """Validated and counted here; applied to the offline state here or forwarded."""
         time = epoch_seconds(event["timestamp"])
         if isinstance(time, Rejection):
             self.health.rejected[time.reason] += 1
             return time
-        target = self.join if self.join is not None else self
-        judged = target.judged
-        if event["type"] == "qrels":
-            judged.store_qrels(event["query_text"], dict(event["labels"]))
-        else:
+        judged = JudgedMessage(time, event, None)
+        if event["type"] == "judgment":
             ranking = _ranked(event["ranking"], event.get("scores"))
             if len(set(ranking)) != len(ranking):
                 self.health.rejected[Reason.SCHEMA] += 1
                 return Rejection(Reason.SCHEMA, "ranking names a document twice")
-            klass = target.classes.classify(event.get("query_class"), event["query_text"])
-            target._grow()
-            judged.judgment(
-                event["sample_id"], time, klass, event["query_text"], ranking,
-                dict(event["labels"]),
-            )
+            judged = JudgedMessage(time, event, ranking)
         self.health.judged_messages += 1
-        judged.active = True
-        judged.advance(time)
+        if self.forwarding:
+            self.forwarded.append(judged)
+        else:
+            self._apply(judged)
         return None
 
-    def live_query(
-        self, source: Pipeline, klass: int, time: float, text: str, results: list[str]
-    ) -> None:
-        """A live query of ``source`` (joined to this pipeline's offline state, or this one),
-        whose class index ``klass`` is in ``source``'s classes."""
-        if source is not self:
-            name = source.classes.names[klass]
-            klass = self.classes.classify(name, text)
+    def forward_to(self, holder: Pipeline | None) -> None:
+        """Hand what waits in ``forwarded`` to the pipeline holding the offline state (None:
+        none is owned here; judged messages then stay with this pipeline)."""
+        waiting, self.forwarded = self.forwarded, []
+        for item in waiting:
+            if isinstance(item, LiveQuery):
+                if holder is not None:
+                    klass = holder.classes.classify(item.class_name, item.text)
+                    holder._grow()
+                    holder._live_query(klass, item.time, item.text, item.results)
+            else:
+                (holder if holder is not None else self)._apply(item)
+        self.forward_live = holder is not None and holder.judged.active
+
+    def offline_tick(self, newest: float, judgments_caught_up: bool) -> None:
+        """After each batch of input (a Kafka batch; a file in replay): the offline clock
+        moves to ``newest``, the newest event time of every pipeline feeding this one, and
+        when no judgment waits to be read, samples quiet for long enough complete."""
+        judged = self.judged
+        judged.advance(newest)
+        if judgments_caught_up:
+            judged.settle(newest)
+
+    def _apply(self, message: JudgedMessage) -> None:
+        judged, event = self.judged, message.event
+        if event["type"] == "qrels":
+            judged.store_qrels(event["query_text"], dict(event["labels"]))
+        else:
+            assert message.ranking is not None, "a judgment's ranking is checked on arrival"
+            klass = self.classes.classify(event.get("query_class"), event["query_text"])
             self._grow()
+            judged.judgment(
+                event["sample_id"], message.time, klass, event["query_text"], message.ranking,
+                dict(event["labels"]),
+            )
+        judged.active = True
+        judged.advance(message.time)
+
+    def _live_query(self, klass: int, time: float, text: str, results: list[str]) -> None:
         self.judged.live_query(time, klass, text, results)
         self.judged.advance(time)
 

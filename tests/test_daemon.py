@@ -19,10 +19,10 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import IllegalStateError
 
 from monitor.config import Config
-from monitor.daemon import _highwater, _if_assigned
 from monitor.generate import Traffic, World, events
 from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
+from monitor.source import _highwater, _if_assigned
 from tests.broker import FAST_GROUP, Broker, free_port
 from tests.test_exposition import get
 

@@ -1,0 +1,102 @@
+"""The checkpoint coordinator of ``searchmon run``: when checkpoints are taken, the fence
+against rebalances, the replica's ledger, the export ``/metrics`` shows, and the commits.
+
+Order of a checkpoint: dead letters delivered; the worker makes the changed partitions' state
+durable (fenced: a rebalance waits for it, and partitions being revoked are not written, as
+their next owner may be restoring them); the ledger takes the new views and is written; the
+export is replaced; then, and only then, the offsets are committed to Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from monitor import checkpoint, codec
+from monitor.checkpoint import CheckpointError
+from monitor.config import Config
+from monitor.export import Export, export
+from monitor.merge import Key, Ledger
+from monitor.pipeline import Pipeline
+from monitor.snapshots import StateError
+from monitor.source import KafkaSource, RebalanceFence
+from monitor.worker import Checkpoint, Checkpointed, StartError, Worker, offline_key, refusal
+
+log = logging.getLogger(__name__)
+
+LEDGER_FILE = "ledger.bin"
+
+
+class CheckpointCoordinator:
+    def __init__(self, config: Config, discard: bool) -> None:
+        self.config = config
+        self.path = config.state.dir / LEDGER_FILE
+        self.ledger = self._open(discard)
+        self.checkpoint_time: float | None = None
+        """Wall-clock time as of which the state is durable (what /metrics shows)."""
+        self.exported = export(Pipeline(config))  # until a checkpoint is restored or written
+        self._last = time.monotonic()
+
+    def _open(self, discard: bool) -> Ledger:
+        try:
+            data = checkpoint.read_file(self.path)
+            if data is None:
+                return Ledger()
+            return Ledger.restore(codec.decode_ledger(data, str(self.path)))
+        except (CheckpointError, StateError) as error:
+            if not discard:
+                raise StartError(refusal(str(error))) from None
+            log.warning("%s; discarded (exported counters start anew)", error)
+            checkpoint.discard_file(self.path)
+            return Ledger()
+
+    def due(self) -> bool:
+        return time.monotonic() - self._last >= self.config.state.checkpoint_interval
+
+    def acquired(self, views: dict[Key, tuple[Export, str | None]], owned: set[Key]) -> None:
+        for key, (view, writer) in views.items():
+            self.ledger.acquire(key, view, writer)
+        self._save()
+        self.export(owned)
+
+    def released(self, keys: Iterable[Key], owned: set[Key]) -> None:
+        for key in keys:
+            self.ledger.release(key)
+        self._save()
+        self.export(owned)
+
+    def checkpoint(
+        self, source: KafkaSource, worker: Worker, fence: RebalanceFence, owned: set[Key]
+    ) -> Checkpointed | None:
+        """Make the state durable, export it, then commit its offsets."""
+        self._last = time.monotonic()
+        if not source.flush_dead_letters():  # before their offsets move
+            return None
+        # A rebalance waits for a checkpoint in progress, and the partitions it revokes are
+        # never written again. Nothing in here needs the consumer's I/O thread, which the
+        # rebalance listener may be holding up.
+        with fence.lock:
+            keys = (owned & source.assignment()) - fence.revoked
+            answer = worker.request(Checkpoint(frozenset(keys)), Checkpointed)
+        if answer is None:
+            return None
+        self.checkpoint_time = answer.written_at
+        if answer.written:  # else nothing changed since the last checkpoint
+            for key, (_, view) in answer.written.items():
+                self.ledger.update(key, view)
+            self._save()
+            self.export(owned)
+            source.commit({
+                key: offset for key, (offset, _) in answer.written.items() if key in owned
+            })
+        return answer
+
+    def export(self, owned: set[Key]) -> None:
+        """Counters: everything this replica counted; gauges: the partitions it owns; the
+        offline gauges: those of the judgments partition it holds, also before a restart's
+        restore (so alerts on them neither resolve nor fire again because of it)."""
+        self.exported = self.ledger.exported(owned, offline_key(self.ledger.views, self.config))
+
+    def _save(self) -> None:
+        checkpoint.write_file(self.path, codec.encode("ledger", self.ledger.snapshot()))

@@ -1,0 +1,426 @@
+"""The partition state worker of ``searchmon run``: the pipelines of the partitions a replica
+owns, the offsets they reflect, and their checkpoints, in a process of its own.
+
+The consumer process (``monitor.daemon``) polls Kafka while this process works on the
+previous batch, so that kafka-python's decoding and the pipelines run on two cores. The two
+speak in typed messages (``Request`` one way, ``Answer`` the other), one answer per request
+but ``Drop``. This process is the one owner of the offsets: every answer carries the offset
+each owned partition's state reflects, and the consumer process only mirrors them.
+
+Offline (judged) state belongs to the judgments topic's partition; the live queries and
+judged messages of the other partitions owned here are forwarded to it explicitly (the
+lowest-numbered judgments partition owned, ``offline_key``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.context
+import os
+import signal
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import TypeVar
+
+from kafka.errors import KafkaError
+
+from monitor import codec
+from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Key, Store, restore_unit
+from monitor.codec import UnitState
+from monitor.config import Config
+from monitor.export import Export, export
+from monitor.pipeline import Pipeline, RejectionLog
+from monitor.replay import tune_for_throughput
+
+log = logging.getLogger(__name__)
+
+
+class StartError(Exception):
+    """The daemon refuses to start (the message says why and what to do)."""
+
+
+class WorkerFailed(Exception):
+    """The worker could not reach Kafka for a request (it can be tried again)."""
+
+
+Part = tuple[Key, list[int], list[bytes | None]]
+"""A partition's records of a batch: their offsets and values."""
+
+Letter = tuple[Key, int, str, str]
+"""A rejected record: partition, offset, reason and detail (the consumer holds the record)."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    """An acquired partition: the offset its checkpoint reflects (None: no checkpoint), its
+    exported view and the replica that wrote the checkpoint."""
+
+    offset: int | None
+    view: Export
+    writer: str | None
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assign:
+    keys: frozenset[Key]
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Partitions given up (no answer)."""
+
+    keys: frozenset[Key]
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """Partitions whose log was recreated or truncated: what they hold now is new."""
+
+    keys: frozenset[Key]
+
+
+@dataclass(frozen=True)
+class Process:
+    parts: list[Part]
+    judgments_caught_up: bool
+    """No judgment waits in the judgments topic: samples may complete on live event time."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    keys: frozenset[Key]
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Request = Assign | Drop | Rewind | Process | Checkpoint | Stop
+
+
+# --- answers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    pass
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A state that cannot be used (``StartError``)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Kafka or the disk failed for this request; it can be tried again."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Assigned:
+    restored: dict[Key, Restored]
+    offsets: dict[Key, int]
+
+
+@dataclass(frozen=True)
+class Rewound:
+    offsets: dict[Key, int]
+
+
+@dataclass(frozen=True)
+class Processed:
+    letters: list[Letter]
+    offsets: dict[Key, int]
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    written: dict[Key, tuple[int, Export]] = field(default_factory=dict)
+    """The partitions whose state changed and was written: their offsets and views."""
+    written_at: float = 0.0
+    offsets: dict[Key, int] = field(default_factory=dict)
+
+
+Answer = Ready | Refused | Failed | Assigned | Rewound | Processed | Checkpointed
+A = TypeVar("A", Ready, Assigned, Rewound, Processed, Checkpointed)
+
+
+class PartitionStates:
+    """The pipelines of the partitions owned, with the offsets they reflect."""
+
+    def __init__(self, config: Config, replica: str, discard: bool = False) -> None:
+        self.config = config
+        self.replica = replica
+        self.discard = discard
+        self.fingerprint = codec.fingerprint(config)
+        self.units: dict[Key, Pipeline] = {}
+        self.offsets: dict[Key, int] = {}
+        self.dirty: set[Key] = set()
+        self.offline: Key | None = None
+        """The judgments partition whose offline state the others forward to."""
+        self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
+        """Checkpoints decoded and checked at start (one replica), until assigned."""
+        self.rejections = RejectionLog(config.input.rejection_log_limit)
+        self.store: Store
+        if config.state.store == "kafka":
+            self.store = KafkaStore(config)
+        else:
+            try:
+                self.store = DirStore(config.state.dir)
+            except CheckpointError as error:
+                if not discard:
+                    raise StartError(refusal(str(error))) from None
+                aside = DirStore.discard_unreadable(config.state.dir)
+                log.warning("discarded unusable checkpoint, kept as %s", aside)
+                self.store = DirStore(config.state.dir)
+            # one replica: every checkpoint is checked at start, before any partition arrives
+            self.checked = self._decode(self.store.load(set(self.store.units)))
+
+    def handle(self, request: Request) -> Answer | None:
+        match request:
+            case Process(parts, caught_up):
+                return Processed(self.process(parts, caught_up), dict(self.offsets))
+            case Assign(keys):
+                return Assigned(self.assign(set(keys)), dict(self.offsets))
+            case Rewind(keys):
+                self.rewind(set(keys))
+                return Rewound(dict(self.offsets))
+            case Checkpoint(keys):
+                written, written_at = self.checkpoint(set(keys))
+                return Checkpointed(written, written_at, dict(self.offsets))
+            case Drop(keys):
+                self.drop(set(keys))
+                return None
+        raise TypeError(f"not a request: {request!r}")
+
+    # --- partitions come and go ------------------------------------------------------------
+
+    def assign(self, keys: set[Key]) -> dict[Key, Restored]:
+        restored = {key: self.checked.pop(key) for key in keys if key in self.checked}
+        restored |= self._decode(self.store.load(keys - self.units.keys() - restored.keys()))
+        answers: dict[Key, Restored] = {}
+        for key in sorted(keys - self.units.keys()):
+            unit = restored.get(key)
+            if unit is None:
+                pipeline, offset, writer = Pipeline(self.config), None, None
+            else:
+                state, pipeline = unit
+                offset, writer = state.offset, state.writer
+                log.info("%s/%d: restored its checkpoint at offset %d", *key, offset)
+            self.units[key] = pipeline
+            self.offsets[key] = offset or 0
+            answers[key] = Restored(offset, export(pipeline), writer)
+        self._join()
+        return answers
+
+    def rewind(self, keys: set[Key]) -> None:
+        for key in keys & self.units.keys():
+            self.offsets[key] = 0
+
+    def drop(self, keys: set[Key]) -> None:
+        for key in keys:
+            self.units.pop(key, None)
+            self.offsets.pop(key, None)
+            self.dirty.discard(key)
+        self._join()
+
+    def _decode(self, stored: dict[Key, bytes]) -> dict[Key, tuple[UnitState, Pipeline]]:
+        units: dict[Key, tuple[UnitState, Pipeline]] = {}
+        for key, data in stored.items():
+            try:
+                units[key] = restore_unit(data, f"checkpoint of {key[0]}/{key[1]}", self.config)
+            except CheckpointError as error:
+                if not self.discard:
+                    raise StartError(refusal(str(error))) from None
+                log.warning("%s; discarded, the partition starts anew", error)
+                self.store.discard({key})
+        return units
+
+    def _join(self) -> None:
+        """Which pipeline holds the offline state the others forward to, if any here."""
+        self.offline = offline_key(self.units, self.config)
+        for key, pipeline in self.units.items():
+            pipeline.forwarding = key != self.offline
+
+    # --- records and checkpoints -----------------------------------------------------------
+
+    def process(self, parts: list[Part], judgments_caught_up: bool) -> list[Letter]:
+        letters: list[Letter] = []
+        offsets, units = self.offsets, self.units
+        owner = units[self.offline] if self.offline is not None else None
+        for key, numbers, values in parts:
+            pipeline = units.get(key)
+            if pipeline is None:
+                continue  # given up while the batch was on its way; its next owner reads it
+            start = bisect_left(numbers, offsets.get(key, 0))  # below: in the restored state
+            if start == len(numbers):
+                continue
+            if pipeline is not owner:
+                pipeline.forward_live = owner is not None and owner.judged.active
+            feed = pipeline.feed
+            for index in range(start, len(numbers)):
+                value = values[index]
+                rejection = feed(value if value is not None else b"")
+                if rejection is not None:
+                    self.rejections.record(rejection, f"{key[0]}/{key[1]}@{numbers[index]}")
+                    letters.append(
+                        (key, numbers[index], rejection.reason.value, rejection.detail)
+                    )
+                if pipeline.forwarded:
+                    pipeline.forward_to(owner)
+            if owner is not None and pipeline is not owner:
+                pipeline.forward_live = owner.judged.active
+            offsets[key] = numbers[-1] + 1
+            self.dirty.add(key)
+        if owner is not None and parts:
+            owner.offline_tick(
+                max(p.sessions.newest for p in units.values()), judgments_caught_up
+            )
+            self.dirty.add(self.offline)  # type: ignore[arg-type]
+        return letters
+
+    def checkpoint(self, keys: set[Key]) -> tuple[dict[Key, tuple[int, Export]], float]:
+        """Make the state of ``keys`` that changed durable; returns their offsets and
+        exported views (nothing is written when nothing changed)."""
+        written_at = time.time()
+        changed = keys & self.dirty
+        self.store.save({
+            key: codec.encode("unit", UnitState(
+                key[0], key[1], self.offsets[key], written_at, self.replica, self.fingerprint,
+                self.units[key].snapshot(),
+            ))
+            for key in sorted(changed)
+        })
+        self.dirty -= changed
+        return {key: (self.offsets[key], export(self.units[key])) for key in changed}, written_at
+
+
+def offline_key(keys: Iterable[Key], config: Config) -> Key | None:
+    """The judgments partition holding the offline state: the lowest-numbered one owned."""
+    topic = config.kafka.judgments_topic
+    return min((key for key in keys if key[0] == topic), default=None)
+
+
+def refusal(problem: str) -> str:
+    return (
+        f"{problem}; refusing to start. Fix or remove it, or start with "
+        "--discard-checkpoint to set it aside and begin those partitions anew from the "
+        "committed offsets"
+    )
+
+
+def serve(
+    connection: Connection, parents_end: Connection, config_json: str, replica: str,
+    discard: bool,
+) -> None:
+    """The worker process: answers each request in order; ends with its parent."""
+    parents_end.close()  # else a parent killed with -9 would leave this end waiting forever
+    parent = os.getppid()
+    # Ctrl-C and SIGTERM reach the whole process group: the consumer process decides when the
+    # worker stops (after its final checkpoint), so the signals are not for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    tune_for_throughput()
+    try:
+        states = PartitionStates(Config.model_validate_json(config_json), replica, discard)
+    except StartError as error:
+        connection.send(Refused(str(error)))
+        return
+    connection.send(Ready())
+    try:
+        while True:
+            try:
+                while not connection.poll(1.0):
+                    if os.getppid() != parent:
+                        return  # the consumer process is gone
+                request: Request = connection.recv()
+            except EOFError:
+                return  # the consumer process is gone
+            if isinstance(request, Stop):
+                return
+            try:
+                answer = states.handle(request)
+            except StartError as error:
+                answer = Refused(str(error))
+            except (KafkaError, OSError) as error:
+                answer = Failed(f"{type(error).__name__}: {error}")
+            if answer is not None:
+                connection.send(answer)
+    finally:
+        states.store.close()
+
+
+class Worker:
+    """The consumer process's end of the worker: starts it, sends requests, takes answers."""
+
+    def __init__(self, config: Config, replica: str, discard: bool) -> None:
+        # fork is instant, but only safe while this process runs a single thread (the
+        # command line); embedded in a threaded program (the demo), spawn a fresh interpreter
+        context: multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext = (
+            multiprocessing.get_context("fork") if threading.active_count() == 1
+            else multiprocessing.get_context("spawn")
+        )
+        self.connection, theirs = context.Pipe()
+        self.process = context.Process(
+            target=serve, name="searchmon-state",
+            args=(theirs, self.connection, config.model_dump_json(), replica, discard),
+        )
+        self.process.start()
+        theirs.close()
+        self.in_flight = False
+        """A ``Process`` request is waiting for its answer."""
+        self.expect(Ready)
+
+    def send(self, request: Request) -> None:
+        self.connection.send(request)
+        self.in_flight = self.in_flight or isinstance(request, Process)
+
+    def answered(self) -> bool:
+        return bool(self.connection.poll(0))
+
+    def expect(self, kind: type[A]) -> A:
+        """The next answer, which must be a ``kind``; ``StartError`` for a refusal,
+        ``WorkerFailed`` for a failure that may pass."""
+        answer = self.connection.recv()
+        if isinstance(answer, Processed):
+            self.in_flight = False
+        if isinstance(answer, Refused):
+            raise StartError(answer.message)
+        if isinstance(answer, Failed):
+            raise WorkerFailed(answer.message)
+        if not isinstance(answer, kind):
+            raise RuntimeError(f"the worker answered {answer!r}, not a {kind.__name__}")
+        return answer
+
+    def request(self, request: Request, kind: type[A]) -> A | None:
+        """A request whose answer may be a Kafka failure (None, logged: try again later)."""
+        assert not self.in_flight, "a batch is being processed"
+        self.send(request)
+        try:
+            return self.expect(kind)
+        except WorkerFailed as failure:
+            log.warning("%s failed: %s", type(request).__name__, failure)
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.send(Stop())
+        self.connection.close()
+        self.process.join(timeout=30)
