@@ -212,9 +212,10 @@ class Sessions:
 
     A session closes once the watermark passes its last event plus the timeout. Closing is
     checked for an event's own session on arrival, and for the others through ``due``: each
-    session id waits in the bucket of the time it would close; when the watermark passes a
-    bucket, its sessions close or move to their new bucket. The buckets decide only when
-    memory is freed, never what is counted.
+    session id waits in the bucket of the time it would close; each time the watermark enters
+    a new bucket, every session waiting in a bucket up to the watermark's closes if the
+    watermark has passed its end, or moves to the bucket of its new end. The buckets decide
+    only how much is looked at, never what is counted or when.
     Event ids are remembered in two generations of ``timeout + allowed_lateness`` of event
     time each: an id is known for at least that long and at most twice that long.
     """
@@ -357,7 +358,10 @@ class Sessions:
         width = self.bucket_seconds
         passed = int(watermark // width)  # buckets below this have ended
         sessions, timeout, close = self.open, config.timeout, self.close
-        for bucket in sorted(b for b in self.due if b < passed):
+        # The watermark's own bucket too: every session whose end the watermark has passed
+        # closes now, whichever bucket it waited in, so that what is closed is a function
+        # of the open sessions and the watermark (a restored state closes the same ones).
+        for bucket in sorted(b for b in self.due if b <= passed):
             for session_id in self.due.pop(bucket):
                 session = sessions.pop(session_id, None)
                 if session is None:
@@ -367,8 +371,7 @@ class Sessions:
                     close(session)
                 else:  # active since it was scheduled: not due yet
                     sessions[session_id] = session
-                    if int(end // width) != bucket:
-                        self._schedule(session_id, end)
+                    self._schedule(session_id, end)
         self.next_due = (passed + 1) * self.bucket_seconds
 
     def close_all(self) -> None:

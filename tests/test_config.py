@@ -70,6 +70,6 @@ def test_the_example_names_every_key() -> None:
     for section, model in Config.model_fields.items():
         assert section in written, section
         assert model.annotation is not None
-        for key, field in model.annotation.model_fields.items():  # type: ignore[union-attr]
+        for key, field in model.annotation.model_fields.items():
             name = field.alias or key
             assert name in written[section] or f"# {name} =" in text, f"{section}.{name}"

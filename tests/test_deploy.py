@@ -6,6 +6,7 @@ promtool, amtool and prometheus come from Debian's packages, installed by the te
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -17,7 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import pytest
 import yaml
@@ -30,8 +31,25 @@ ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "searchmon.rules.yml"
 
-sys.path.insert(0, str(DEPLOY / "grafana"))
-import build as dashboard_build  # noqa: E402
+
+class DashboardBuild(Protocol):
+    """What the tests use of deploy/grafana/build.py, a script outside any package."""
+
+    def dashboard(self) -> dict[str, Any]: ...
+
+    def queries(self) -> list[tuple[str, str]]: ...
+
+
+def _load_dashboard_build() -> DashboardBuild:
+    path = DEPLOY / "grafana" / "build.py"
+    spec = importlib.util.spec_from_file_location("build", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return cast(DashboardBuild, module)
+
+
+dashboard_build = _load_dashboard_build()
 
 
 def tool(name: str) -> str:

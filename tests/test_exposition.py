@@ -84,8 +84,8 @@ def get(url: str) -> tuple[int, str]:
 
 def test_replay_serve_over_http_from_a_gzip_file(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl.gz"
-    with gzip.open(events, "wb") as out, (DATA / "replay_small.jsonl").open("rb") as src:
-        shutil.copyfileobj(src, out)
+    with gzip.open(events, "wb") as packed, (DATA / "replay_small.jsonl").open("rb") as src:
+        shutil.copyfileobj(src, packed)
     port = free_port()
     config = tmp_path / "config.toml"
     config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')

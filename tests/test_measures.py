@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 
 from monitor.offline.measures import MEASURES, aggregate, score
 from monitor.offline.ranking import DuplicateDocumentError, RankedLists
-from monitor.offline.spec import MeasureSpec
+from monitor.offline.spec import MeasureSpec, NoRelevant
 
 
 def lists_of(*queries: tuple[list[str], dict[str, int]]) -> RankedLists:
@@ -96,9 +98,13 @@ def five_users() -> RankedLists:
     )
 
 
+class Seed004Conventions(TypedDict):
+    no_rel: NoRelevant
+
+
 # The post skips users without labels (NaN) and uses: AP over relevant retrieved,
 # nDCG with the ideal ranking of the top-k retrieved documents.
-SEED_004 = {"no_rel": "skip"}
+SEED_004: Seed004Conventions = {"no_rel": "skip"}
 
 
 @pytest.mark.parametrize(
@@ -257,12 +263,12 @@ def test_a_perfect_ranking_scores_one(labels: list[int]) -> None:
 @settings(max_examples=200, deadline=None)
 @given(query_strategy, st.randoms(use_true_random=False))
 def test_reordering_non_relevant_documents_changes_nothing(
-    query: tuple[list[int], list[int]], rng: object
+    query: tuple[list[int], list[int]], rng: random.Random
 ) -> None:
     ranked, unretrieved = query
     nonrel_positions = [i for i, v in enumerate(ranked) if v < 1]
     shuffled = [ranked[i] for i in nonrel_positions]
-    rng.shuffle(shuffled)  # type: ignore[attr-defined]
+    rng.shuffle(shuffled)
     permuted = list(ranked)
     for i, v in zip(nonrel_positions, shuffled, strict=True):
         permuted[i] = v

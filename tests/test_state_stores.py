@@ -4,7 +4,6 @@ the directory store, and the ledger that keeps a replica's exported counters mon
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from monitor.merge import Ledger
 from monitor.pipeline import Pipeline
 from tests.broker import Broker
 from tests.events import query
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[Broker]:
-    running = Broker().start()
-    yield running
-    running.stop()
 
 
 def kafka_config(broker: Broker, **state: object) -> Config:

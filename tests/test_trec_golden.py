@@ -23,6 +23,9 @@ _CUT_NAMES = {
     "unj": "Judged",
 }
 
+# one line of a trec_eval output: its measure name, the query id, our spec, the value
+_Row = tuple[str, str, MeasureSpec, float]
+
 
 def _ours(trec_name: str) -> MeasureSpec | None:
     if trec_name in _PLAIN:
@@ -35,7 +38,7 @@ def _ours(trec_name: str) -> MeasureSpec | None:
     return None
 
 
-def _expected(name: str) -> list[tuple[str, str, MeasureSpec, float]]:
+def _expected(name: str) -> list[_Row]:
     rows = []
     for line in (DATA / name).read_text().splitlines():
         trec_name, qid, value = (part.strip() for part in line.split("\t"))
@@ -45,7 +48,7 @@ def _expected(name: str) -> list[tuple[str, str, MeasureSpec, float]]:
     return rows
 
 
-def _evaluate(qrels: str, run: str, rows: list, *, complete: bool, rel: int) -> Evaluation:
+def _evaluate(qrels: str, run: str, rows: list[_Row], *, complete: bool, rel: int) -> Evaluation:
     specs = sorted({spec for _, _, spec, _ in rows}, key=str)
     return evaluate(
         parse_qrels((DATA / qrels).read_bytes(), qrels),

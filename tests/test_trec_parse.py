@@ -35,10 +35,13 @@ def test_fast_and_line_paths_agree_on_trec_test_data(
 def test_random_layouts_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trec, "_CHUNK_BYTES", 97)
     rng = random.Random(3)
+
+    def sep() -> str:
+        return rng.choice([" ", "\t", "  ", " \t "])
+
     for _ in range(50):
-        lines = []
+        lines: list[str] = []
         for i in range(rng.randint(1, 40)):
-            sep = lambda: rng.choice([" ", "\t", "  ", " \t "])  # noqa: E731
             score = f"{rng.uniform(-5, 5):.4f}"
             fields = [f"q{rng.randint(0, 5)}", "Q0", f"doc-{i}", str(i), score, "tag"]
             fields += ["extra"] if rng.random() < 0.2 else []
