@@ -199,8 +199,7 @@ class KafkaStore:
                     if value is None:
                         manifests.pop(unit, None)
                     else:
-                        manifest = json.loads(value)
-                        manifests[unit] = (manifest["generation"], manifest["chunks"])
+                        manifests[unit] = _parse_manifest(value, unit, self.topic)
             elif kind == b"c" and _parse_key(rest.rsplit(b"/", 2)[0]) in keys:
                 if value is None:
                     chunks.pop(key, None)
@@ -321,6 +320,28 @@ def _chunk_key(unit: Key, generation: str, index: int) -> bytes:
     return f"c/{unit[0]}/{unit[1]}/{generation}/{index}".encode()
 
 
-def _parse_key(text: bytes) -> Key:
-    topic, _, number = text.decode().rpartition("/")
-    return topic, int(number)
+def _parse_key(text: bytes) -> Key | None:
+    """The partition a changelog key names; None for a key that is not one of ours."""
+    try:
+        topic, _, number = text.decode().rpartition("/")
+        return (topic, int(number)) if topic and number.isdigit() else None
+    except UnicodeDecodeError:
+        return None
+
+
+MAX_CHUNKS = 1 << 20
+
+
+def _parse_manifest(value: bytes, unit: Key, topic: str) -> tuple[str, int]:
+    try:
+        manifest = json.loads(value)
+        generation, chunks = manifest["generation"], manifest["chunks"]
+    except (ValueError, TypeError, KeyError):
+        raise CheckpointError(
+            f"{topic}: the manifest of {unit[0]}/{unit[1]} is not readable"
+        ) from None
+    if not isinstance(generation, str) or not isinstance(chunks, int) or not (
+        0 < chunks <= MAX_CHUNKS
+    ):
+        raise CheckpointError(f"{topic}: the manifest of {unit[0]}/{unit[1]} is not valid")
+    return generation, chunks

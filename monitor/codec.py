@@ -38,8 +38,14 @@ from monitor.snapshots import Float, Int
 
 VERSION = 3
 PREFIX = b"searchmon-checkpoint "
-STATE_SECTIONS = ("sessions", "query_classes", "input", "offline")
-"""Configuration sections whose change makes a partition's state meaningless."""
+STATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
+    "sessions": None,
+    "query_classes": None,
+    "offline": ("measures", "windows", "last_samples", "baseline", "qrels_capacity"),
+}
+"""The settings a partition's state is laid out by (None: the whole section). A change of
+one of them makes the state meaningless; the others (rejection logging, the verdicts'
+thresholds, ...) can change across a restart."""
 
 Document = dict[str, Any]
 MIGRATIONS: dict[int, Callable[[Document], Document]] = {}
@@ -63,7 +69,7 @@ class UnitState:
     writer: str | None
     """The replica that wrote it (its ledger's id): whoever restores it knows who counted."""
     fingerprint: dict[str, str]
-    """Per section of ``STATE_SECTIONS``: a digest of its settings when this was written."""
+    """Per section of ``STATE_SETTINGS``: a digest of those settings when this was written."""
     pipeline: PipelineState
 
 
@@ -75,18 +81,20 @@ _ADAPTERS: dict[str, TypeAdapter[Any]] = {
 
 
 def fingerprint(config: Config) -> dict[str, str]:
-    return {
-        section: hashlib.sha256(
-            json.dumps(getattr(config, section).model_dump(mode="json"), sort_keys=True)
-            .encode()
+    prints = {}
+    for section, names in STATE_SETTINGS.items():
+        settings = getattr(config, section).model_dump(mode="json")
+        if names is not None:
+            settings = {name: settings[name] for name in names}
+        prints[section] = hashlib.sha256(
+            json.dumps(settings, sort_keys=True).encode()
         ).hexdigest()[:16]
-        for section in STATE_SECTIONS
-    }
+    return prints
 
 
 def changed_sections(unit: UnitState, config: Config) -> list[str]:
     now = fingerprint(config)
-    return [section for section in STATE_SECTIONS if unit.fingerprint.get(section) != now[section]]
+    return [section for section in STATE_SETTINGS if unit.fingerprint.get(section) != now[section]]
 
 
 def encode(kind: str, value: object) -> bytes:

@@ -239,14 +239,6 @@ class Config(Section):
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
 
-    def __getstate__(self) -> dict[Any, Any]:
-        """A pickled configuration is part of state written to disk or to a topic
-        (checkpoints, the ledger): it keeps the defaults for ``[kafka]`` and ``[http]``, never
-        a password or a key file's path."""
-        state = super().__getstate__()
-        state["__dict__"] = {**state["__dict__"], "kafka": KafkaConfig(), "http": HttpConfig()}
-        return state
-
 
 class ConfigError(Exception):
     """A configuration that cannot be used; ``problems`` has one line per error."""

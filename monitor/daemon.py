@@ -10,11 +10,12 @@ The data flow, one module each:
   assignment, and the daemon's health.
 
 Every source partition has its own pipeline (a unit of state that moves with the partition).
-Crash safety: every ``checkpoint_interval``, at shutdown and before a partition is given up,
-the daemon makes its partitions' state durable with the offsets it reflects, then commits
-those offsets to Kafka. A partition it acquires is restored from its newest checkpoint and
-read from the checkpoint's offset; records below it (delivered again after a crash between
-checkpoint and commit) are skipped: they are in the state already. ``/metrics`` shows the
+Crash safety: every ``checkpoint_interval`` and at shutdown the daemon makes the state of its
+partitions that changed durable with the offsets it reflects, then commits those offsets to
+Kafka (a partition being revoked is not written again: its next owner may be restoring it).
+A partition it acquires is restored from its newest checkpoint and read from the
+checkpoint's offset; records below it (delivered again after a crash between checkpoint and
+commit) are skipped: they are in the state already. ``/metrics`` shows the
 state of the newest durable checkpoints, never state a crash could lose, so a counter
 Prometheus has scraped never goes backwards or counts an event twice, also when partitions
 move between replicas.
@@ -151,6 +152,12 @@ class Daemon:
         be read yet (changelog unreachable) stays paused until it can."""
         current = source.assignment()
         gone, new = self.owned - current, current - self.owned
+        # partitions this replica exported before a restart and the group gave to another:
+        # their counters stay (retired), their gauges and offline state are the other's now
+        stale = set(self.coordinator.ledger.views) - current - self.owned - new
+        if stale and not self.fence.rebalancing:
+            self.coordinator.released(stale, self.owned)
+            log.info("counted before the restart, now elsewhere: %s", _names(stale))
         if gone:
             worker.send(Drop(frozenset(gone)))
             for key in gone:
@@ -174,11 +181,12 @@ class Daemon:
             if restored.offset is not None:  # the checkpoint, not the committed offset
                 source.seek(key, restored.offset)
         self.positions.update(answer.offsets)
-        self.owned |= new
+        owned = self.owned | new
         self.coordinator.acquired(
-            {key: (r.view, r.writer) for key, r in answer.restored.items()}, self.owned
+            {key: (r.view, r.writer) for key, r in answer.restored.items()}, owned
         )
         log.info("took over %s", _names(new))
+        self.owned = owned  # /readyz: ready from here on
         return new
 
     def _rewind(self, source: KafkaSource, worker: Worker) -> set[Key]:

@@ -50,7 +50,10 @@ NAIVE = Rejection(
 )
 
 
-Timestamp = StrictInt | str
+MAX_EPOCH_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: integer timestamps beyond are rejected (``schema``)."""
+
+Timestamp = Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH_MS)] | str
 """Epoch milliseconds, or an RFC 3339 string with an offset; see ``epoch_seconds``."""
 
 
@@ -71,8 +74,11 @@ def epoch_seconds(stamp: int | str) -> float | Rejection:
     return parsed.timestamp()
 
 
-NonNegativeInt = Annotated[int, Field(ge=0)]
-NonNegative = Annotated[float, Field(ge=0)]
+# Every number has a range, so that no value can overflow a sum, a float conversion or a
+# checkpoint (which holds 64-bit integers and finite floats): out of range is ``schema``.
+NonNegativeInt = Annotated[int, Field(ge=0, lt=2**31)]
+NonNegative = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
+Finite = Annotated[float, Field(ge=-1e15, le=1e15, allow_inf_nan=False)]
 Labels = dict[str, NonNegativeInt]
 
 
@@ -89,7 +95,7 @@ class Query(TypedDict):
     latency_ms: NotRequired[ReadOnly[NonNegative | None]]
     client_id: NotRequired[ReadOnly[str | None]]
     application: NotRequired[ReadOnly[str | None]]
-    page: NotRequired[ReadOnly[int | None]]
+    page: NotRequired[ReadOnly[NonNegativeInt | None]]
 
 
 class Click(TypedDict):
@@ -99,7 +105,7 @@ class Click(TypedDict):
     session_id: ReadOnly[str]
     query_id: ReadOnly[str]
     doc_id: ReadOnly[str]
-    position: ReadOnly[Annotated[int, Field(ge=1)]]
+    position: ReadOnly[Annotated[int, Field(ge=1, lt=2**31)]]
     dwell_ms: NotRequired[ReadOnly[NonNegative | None]]
 
 
@@ -120,7 +126,7 @@ class Conversion(TypedDict):
     session_id: ReadOnly[str]
     query_id: NotRequired[ReadOnly[str | None]]
     doc_id: NotRequired[ReadOnly[str | None]]
-    value: NotRequired[ReadOnly[float | None]]
+    value: NotRequired[ReadOnly[Finite | None]]
 
 
 class Judgment(TypedDict):
@@ -132,7 +138,7 @@ class Judgment(TypedDict):
     ranking: ReadOnly[list[str]]
     labels: ReadOnly[Labels]
     query_class: NotRequired[ReadOnly[str | None]]
-    scores: NotRequired[ReadOnly[dict[str, float] | None]]
+    scores: NotRequired[ReadOnly[dict[str, Finite] | None]]
 
 
 class Qrels(TypedDict):
@@ -177,7 +183,7 @@ class _UbiObject(_Record):
 
 
 class _UbiPosition(_Record):
-    ordinal: int | None = None
+    ordinal: Annotated[int, Field(lt=2**31)] | None = None
 
 
 class _UbiAttributes(_Record):

@@ -21,7 +21,7 @@ from monitor.events import Reason
 from monitor.judged import OVERALL, SCORE_BUCKETS, SOURCES
 from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
-from monitor.snapshots import Float, Int, finite_or_none
+from monitor.snapshots import Float, Int, finite_or_none, require
 
 SLICE_LABELS = ("query_class",)
 Slice = tuple[str, ...]
@@ -117,6 +117,30 @@ class Export:
 
     def slice(self, values: Slice) -> SliceFigures | None:
         return next((s for s in self.slices if s.slice == values), None)
+
+
+_HISTOGRAM_SIZES = tuple(len(h.bounds) + 1 for _, h in OnlineCounters().histograms())
+
+
+def check(figures: Export) -> None:
+    """``StateError`` unless ``figures`` has the shape this version exports (an export read
+    back from a ledger is data: it is checked before anything adds it up)."""
+    slices = [figures.slice for figures in figures.slices]
+    require(len(set(slices)) == len(slices), "export: a slice twice")
+    for part in figures.slices:
+        require(
+            len(part.slice) == len(SLICE_LABELS)
+            and len(part.counts) == len(OnlineCounters.COUNTS)
+            and tuple(len(h.counts) for h in part.histograms) == _HISTOGRAM_SIZES,
+            "export: online counters not of this version",
+        )
+    for score in figures.scores:
+        require(
+            score.source in SOURCES and len(score.slice) == len(SLICE_LABELS)
+            and len(score.histogram.counts) == len(SCORE_BUCKETS) + 1,
+            "export: judged scores not of this version",
+        )
+    require(set(figures.rejected) <= {r.value for r in Reason}, "export: an unknown reason")
 
 
 def export(pipeline: Pipeline) -> Export:

@@ -94,12 +94,6 @@ class Window:
     def width(self) -> float:
         return self.length / WINDOW_BUCKETS
 
-    def add(self, time: float, klass: int, values: Sequence[float]) -> None:
-        bucket = self.buckets.get(index := int(time // self.width))
-        if bucket is None:
-            bucket = self.buckets[index] = {}
-        _add_cells(bucket, klass, values)
-
     def add_batch(
         self, times: FloatArray, classes: IntArray, matrix: FloatArray, valid: BoolArray
     ) -> None:
@@ -616,7 +610,7 @@ class Judged:
         self.judgment_clock = or_minus_infinity(state.judgment_clock)
         require(len(state.pending) <= BATCH, "judged state: more pending than a batch")
         for p in state.pending:
-            klass_ok(p.klass)
+            require(0 <= p.klass < classes, f"judged state: class index {p.klass}")
             require(p.source in SOURCES, f"judged state: source {p.source!r}")
         self.pending = [
             Pending(p.source, p.time, p.klass, p.key, p.sample_id, p.ranking, p.labels)

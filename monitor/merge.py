@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.export import Export, combine
+from monitor.export import Export, check, combine
 from monitor.snapshots import require
 
 Key = tuple[str, int]
@@ -92,4 +92,6 @@ class Ledger:
         bases = {(p.topic, p.partition): p.export for p in state.bases}
         views = {(p.topic, p.partition): p.export for p in state.views}
         require(bases.keys() == views.keys(), "ledger: partitions without a base or a view")
+        for figures in (state.retired, *bases.values(), *views.values()):
+            check(figures)
         return Ledger(state.replica, state.retired, bases, views)

@@ -53,10 +53,6 @@ class Histogram:
         self.counts.append([0] * (len(self.bounds) + 1))
         self.sums.append(0.0)
 
-    def observe(self, klass: int, value: float) -> None:
-        self.counts[klass][bisect_left(self.bounds, value)] += 1
-        self.sums[klass] += value
-
     def snapshot(self) -> HistogramState:
         return HistogramState([list(c) for c in self.counts], list(self.sums))
 

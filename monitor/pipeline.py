@@ -53,14 +53,6 @@ class Health:
             self.judged_messages
         )
 
-    @property
-    def rejected_late(self) -> int:
-        return self.rejected[Reason.TOO_LATE]
-
-    @property
-    def rejected_duplicate(self) -> int:
-        return self.rejected[Reason.DUPLICATE]
-
     def snapshot(self) -> HealthState:
         return HealthState(
             self.accepted, {reason.value: n for reason, n in self.rejected.items()},

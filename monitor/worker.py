@@ -343,6 +343,9 @@ def serve(
     except StartError as error:
         connection.send(Refused(str(error)))
         return
+    except CheckpointError as error:
+        connection.send(Refused(refusal(str(error))))
+        return
     connection.send(Ready())
     try:
         while True:
@@ -359,6 +362,8 @@ def serve(
                 answer = states.handle(request)
             except StartError as error:
                 answer = Refused(str(error))
+            except CheckpointError as error:  # a changelog that cannot be read as a whole
+                answer = Refused(refusal(str(error)))
             except (KafkaError, OSError) as error:
                 answer = Failed(f"{type(error).__name__}: {error}")
             if answer is not None:

@@ -179,3 +179,46 @@ def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) 
             continue
         export(pipeline)
         pipeline.close()
+
+
+def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
+    """Every leaf of a ledger document replaced by a mistyped or extreme value: decoding and
+    rebuilding fail with a clear error, or the ledger adds up."""
+    from monitor.snapshots import StateError
+
+    ledger = Ledger()
+    ledger.acquire(("events", 0), export(fed(fixture_stream()[:300])), None)
+    ledger.release(("events", 0))
+    ledger.acquire(("events", 1), export(fed(fixture_stream()[:600])), "r")
+    payload = codec.encode("ledger", ledger.snapshot()).split(b"\n", 2)[2]
+    document = json.loads(payload)
+    paths: list[list[str | int]] = []
+
+    def leaves(node: object, path: list[str | int]) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                leaves(child, [*path, key])
+        elif isinstance(node, list) and node:
+            leaves(node[0], [*path, 0])
+            leaves(node[-1], [*path, len(node) - 1])
+        else:
+            paths.append(path)
+
+    leaves(document, [])
+    refused = 0
+    for path in paths:
+        for value in (10**30, -1, "x", None, [], [1, 2]):
+            changed = json.loads(payload)
+            node = changed
+            for step in path[:-1]:
+                node = node[step]
+            node[path[-1]] = value
+            text = json.dumps(changed).encode()
+            data = b"searchmon-checkpoint 3 ledger\n" + hashlib.sha256(text).hexdigest().encode()
+            try:
+                restored = Ledger.restore(codec.decode_ledger(data + b"\n" + text, "test"))
+            except (CheckpointError, StateError):
+                refused += 1
+                continue
+            restored.exported({("events", 1)}, None)
+    assert refused > len(paths)

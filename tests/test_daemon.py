@@ -561,7 +561,16 @@ def wait_until_shared(ports: list[int], total: int) -> list[dict[str, float]]:
     while True:
         values = [scrape(port) for port in ports]
         if sum(v.get("searchmon_events_read_total", 0) for v in values) == total:
-            time.sleep(1.5)  # nothing is left to move: the next scrapes show the same
+            # nothing is left to move: after two more checkpoints of each, the same figures
+            for port, before in zip(ports, values, strict=True):
+                stamp = before.get("searchmon_checkpoint_timestamp_seconds", 0.0)
+                for _ in range(2):
+                    while (now := scrape(port).get(
+                        "searchmon_checkpoint_timestamp_seconds", 0.0
+                    )) <= stamp:
+                        assert time.monotonic() < deadline, "checkpoints go on"
+                        time.sleep(0.1)
+                    stamp = now
             again = [scrape(port) for port in ports]
             if [online_counts(v) for v in again] == [online_counts(v) for v in values]:
                 return values
