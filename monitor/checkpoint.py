@@ -32,6 +32,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
+from monitor import format2
 from monitor.codec import CheckpointError, UnitState, changed_sections, decode_unit
 from monitor.config import Config
 from monitor.merge import Key
@@ -48,10 +49,16 @@ FORMAT_2_FILE = "checkpoint.bin"
 __all__ = ["CheckpointError", "DirStore", "KafkaStore", "Key", "Store", "restore_unit"]
 
 
-def restore_unit(data: bytes, source: str, config: Config) -> tuple[UnitState, Pipeline]:
-    """A checkpoint's unit and its pipeline rebuilt under ``config``; ``CheckpointError``
-    when it is unreadable, or its state does not fit ``config``."""
-    unit = decode_unit(data, source)
+def restore_unit(
+    data: bytes, source: str, config: Config, key: Key = ("", 0)
+) -> tuple[UnitState, Pipeline]:
+    """A checkpoint's unit (of partition ``key``) and its pipeline rebuilt under ``config``;
+    ``CheckpointError`` when it is unreadable, or its state does not fit ``config``. A unit
+    of format 2 is migrated."""
+    if data.startswith(format2.MAGIC):  # the first releases' pickles: migrated as data
+        unit = format2.migrate_unit(data, key, config, source)
+    else:
+        unit = decode_unit(data, source)
     changed = changed_sections(unit, config)
     if changed:
         raise CheckpointError(
@@ -130,11 +137,19 @@ class DirStore:
         self.directory = directory / DIRECTORY
         self.units: dict[Key, bytes] = {}
         old = directory / FORMAT_2_FILE
-        if old.exists():
-            raise CheckpointError(
-                f"{old}: written by an earlier searchmon (format 2, pickled objects), which "
-                "this version does not read"
-            )
+        data = read_file(old)
+        if data is not None:
+            # format 2 (one file of every partition's unit): each unit to a file of its own,
+            # as it was; each is migrated when its partition is restored
+            units = format2.read_store(data, str(old))
+            for key, unit in units.items():
+                write_file(self.path(key), unit, sync_directory=False)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _sync_directory(self.directory)
+            aside = old.with_name(old.name + ".format2")
+            os.replace(old, aside)
+            log.warning("format-2 checkpoint of %d partitions split into %s (the original is "
+                        "kept as %s)", len(units), self.directory, aside)
         if self.directory.is_dir():
             for path in sorted(self.directory.glob(f"*{SUFFIX}")):
                 topic, _, number = path.name[: -len(SUFFIX)].rpartition("-")

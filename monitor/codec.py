@@ -15,10 +15,10 @@ are checked against each other when a component is rebuilt from it. Bytes that a
 altered, of another kind or of an unknown version fail with a ``CheckpointError`` that says
 which; nothing in them can run code.
 
-Versions: 2 was a pickle of the live objects (not readable safely; the daemon asks for
-``--discard-checkpoint``). 3 is this format. A change of the snapshot types raises
-``VERSION`` and adds a function ``migrate_3_to_4(document) -> document`` to ``MIGRATIONS``,
-applied in turn to older documents before validation.
+Versions: 2 was a pickle of the live objects; ``monitor.format2`` reads it as data (an
+unpickler that builds no object) and migrates it. 3 is this format. A change of the snapshot
+types raises ``VERSION`` and adds a function ``migrate_3_to_4(document) -> document`` to
+``MIGRATIONS``, applied in turn to older documents before validation.
 """
 
 from __future__ import annotations

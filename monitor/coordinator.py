@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterable
 
-from monitor import checkpoint, codec
+from monitor import checkpoint, codec, format2
 from monitor.checkpoint import CheckpointError
 from monitor.config import Config
 from monitor.export import Export, export
@@ -43,6 +43,10 @@ class CheckpointCoordinator:
             data = checkpoint.read_file(self.path)
             if data is None:
                 return Ledger()
+            if data.startswith(format2.MAGIC):
+                ledger = format2.migrate_ledger(data, self.config, str(self.path))
+                log.info("%s: migrated from format 2", self.path)
+                return ledger
             return Ledger.restore(codec.decode_ledger(data, str(self.path)))
         except (CheckpointError, StateError) as error:
             if not discard:

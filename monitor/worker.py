@@ -242,7 +242,9 @@ class PartitionStates:
         units: dict[Key, tuple[UnitState, Pipeline]] = {}
         for key, data in stored.items():
             try:
-                units[key] = restore_unit(data, f"checkpoint of {key[0]}/{key[1]}", self.config)
+                units[key] = restore_unit(
+                    data, f"checkpoint of {key[0]}/{key[1]}", self.config, key
+                )
             except CheckpointError as error:
                 if not self.discard:
                     raise StartError(refusal(str(error))) from None

@@ -6,16 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import fields, is_dataclass
+import pickle
+import shutil
+from dataclasses import fields, is_dataclass, replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor import codec
-from monitor.checkpoint import CheckpointError, restore_unit
+from monitor.checkpoint import CheckpointError, DirStore, restore_unit
 from monitor.codec import UnitState
 from monitor.config import Config
+from monitor.coordinator import CheckpointCoordinator
 from monitor.export import export
 from monitor.generate import Regression, Traffic, World, events
 from monitor.merge import Ledger
@@ -98,7 +102,7 @@ def test_a_ledger_round_trips() -> None:
 @pytest.mark.parametrize(("data", "problem"), [
     (b"", "bad header"),
     (b"PK\x03\x04 a zip file", "bad header"),
-    (b"searchmon-checkpoint 2\nabc\n\x80\x05", "format 2"),
+    (b"searchmon-checkpoint 2\nabc\n\x80\x05", "checksum"),  # format 2: migrated if whole
     (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 3"),
     (b"searchmon-checkpoint 3 ledger\nabc\n{}", "a ledger checkpoint where a unit"),
     (b"searchmon-checkpoint 3 unit\nabc\n{}", "checksum"),
@@ -222,3 +226,71 @@ def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
                 continue
             restored.exported({("events", 1)}, None)
     assert refused > len(paths)
+
+
+FORMAT_2 = DATA / "format2"
+
+
+def test_the_first_releases_state_is_migrated(tmp_path: Path) -> None:
+    """Format 2 (pickled objects): a directory store's checkpoint.bin is split into one file
+    per partition and set aside, each unit migrates as data to the state the current code
+    reaches on the same messages (windows: their scored queries into buckets), and counting
+    goes on exactly; the ledger migrates with the replica's id and its views."""
+    shutil.copy(FORMAT_2 / "checkpoint.bin", tmp_path / "checkpoint.bin")
+    store = DirStore(tmp_path)
+    assert not (tmp_path / "checkpoint.bin").exists()
+    assert (tmp_path / "checkpoint.bin.format2").exists()
+    key = ("search-events", 0)
+    data = store.load({key})[key]
+    unit, migrated = restore_unit(data, "checkpoint of search-events/0", Config(), key)
+    assert (unit.topic, unit.partition, unit.offset, unit.writer) == (*key, CUT, "replica-1")
+    assert DirStore(tmp_path).load({key}) == {key: data}, "the split files stay"
+    stream = fixture_stream()
+    reference = fed(stream[:CUT])
+    got, want = export(migrated), export(reference)
+    assert close(replace(got, offline=None), replace(want, offline=None))
+    assert got.offline is not None and want.offline is not None
+    assert close(got.offline.verdicts, want.offline.verdicts)
+    assert got.offline.last_sample_time == want.offline.last_sample_time
+    for mine, theirs in zip(got.offline.means, want.offline.means, strict=True):
+        assert (mine.slice, mine.measure, mine.source, mine.window) == (
+            theirs.slice, theirs.measure, theirs.source, theirs.window
+        )
+        # format 2 left a window at its exact edge; buckets keep the edge bucket whole
+        assert mine.queries <= theirs.queries
+        assert abs(mine.mean - theirs.mean) <= (
+            (theirs.queries - mine.queries) / theirs.queries + 1e-9
+        )
+    for line in stream[CUT:]:
+        migrated.feed(line)
+        reference.feed(line)
+    migrated.close()
+    reference.close()
+    assert close(export(migrated).slices, export(reference).slices)
+
+    config = Config.model_validate({"state": {"dir": str(tmp_path)}})
+    shutil.copy(FORMAT_2 / "ledger.bin", tmp_path / "ledger.bin")
+    ledger = CheckpointCoordinator(config, discard=False).ledger
+    assert ledger.replica == "replica-1" and list(ledger.views) == [key]
+    assert ledger.exported({key}, None).accepted == reference_accepted(stream[:CUT])
+
+
+def reference_accepted(lines: list[bytes]) -> int:
+    return fed(lines).health.accepted
+
+
+def test_a_format_2_file_can_name_no_other_class(tmp_path: Path) -> None:
+    """The migration's unpickler builds no object of any class: a file that would run code
+    when unpickled is refused, and nothing runs."""
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    payload = pickle.dumps({("search-events", 0): Exploit()}, protocol=5)
+    data = b"searchmon-checkpoint 2\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+    (tmp_path / "checkpoint.bin").write_bytes(data + payload)
+    with pytest.raises(CheckpointError, match="format 2 has no"):
+        DirStore(tmp_path)
+    assert not marker.exists()
