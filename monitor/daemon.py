@@ -77,6 +77,8 @@ class Daemon:
         """The batch the worker is working on (its rejected records go to dead letters)."""
         self._restore_after = 0.0
         self._started: float | None = time.monotonic()
+        self._topics_have_partitions = False
+        self._look_for_partitions = 0.0
 
     @property
     def exported(self) -> Export:
@@ -246,6 +248,12 @@ class Daemon:
         )
 
     def _measure_lag(self, source: KafkaSource) -> None:
+        if self.owned:
+            self._topics_have_partitions = True
+        elif not self.fence.rebalancing and time.monotonic() >= self._look_for_partitions:
+            # a metadata request when a topic is unknown: now and then, not every turn
+            self._topics_have_partitions = source.topics_have_partitions()
+            self._look_for_partitions = time.monotonic() + 10.0
         complete = bool(self.owned)
         for key in source.assignment():
             highwater = source.highwater(key)
@@ -269,6 +277,8 @@ class Daemon:
         restoring = self.fence.assigned - self.owned
         if restoring:
             return "restoring the state of " + _names(set(restoring))
+        if not self.owned and self._topics_have_partitions:
+            return "owns no partition (the group gave them all to other members)"
         return None
 
     def _daemon_metrics(self) -> Iterator[Metric]:

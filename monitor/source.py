@@ -125,6 +125,14 @@ class KafkaSource:
         Kafka-compatible brokers answer it imprecisely); None when unknown or revoked."""
         return _highwater(self.consumer, TopicPartition(*key))
 
+    def topics_have_partitions(self) -> bool:
+        """Whether the subscribed topics have partitions (as far as the metadata says)."""
+        kafka = self.config.kafka
+        return any(
+            self.consumer.partitions_for_topic(topic)
+            for topic in (kafka.events_topic, kafka.judgments_topic)
+        )
+
     def connected(self) -> bool:
         return _connection_count(self.consumer) > 0
 

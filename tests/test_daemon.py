@@ -690,3 +690,27 @@ def test_judged_gauges_stay_exported_through_a_restart(tmp_path: Path, broker: B
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_a_replica_without_partitions_is_not_ready(tmp_path: Path, broker: Broker) -> None:
+    """One partition per topic, two replicas: the range assignor gives both to one member;
+    the other owns none and says so on /readyz, while the first is ready."""
+    broker.create_topics({"standby-events": 1, "standby-judgments": 1})
+    daemons, ports = start_replicas(tmp_path, broker, "standby")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            answers = []
+            for port in ports:
+                try:
+                    answers.append(get(f"http://127.0.0.1:{port}/readyz"))
+                except OSError:
+                    answers.append((0, ""))
+            if sorted(status for status, _ in answers) == [200, 503] and any(
+                "owns no partition" in body for _, body in answers
+            ):
+                break
+            assert time.monotonic() < deadline, answers
+            time.sleep(0.2)
+    finally:
+        stop_all(daemons)
