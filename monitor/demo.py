@@ -8,6 +8,7 @@ live view of what on-call would see. Ctrl-C stops everything it started.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,10 @@ def run_demo(
     duration: float | None, seed: int, prometheus_listen: str | None = None,
     out: TextIO = sys.stdout,
 ) -> int:
+    # Ctrl-C and SIGTERM stop it, also when it was started with SIGINT ignored (as a
+    # background job of a script, which inherits that from the shell)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
     broker = Broker().start()
     state = Path(tempfile.mkdtemp(prefix="searchmon-demo-"))
     prometheus = _start_prometheus(prometheus_listen, listen, state, out)
