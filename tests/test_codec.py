@@ -147,13 +147,9 @@ def test_mutated_checkpoints_with_a_valid_checksum_restore_or_fail_clearly(
     pipeline.close()
 
 
-VALUES = [10**400, -(10**30), 2**63, 1e308 * 10, "x" * 3, None, [], {}, -1, 0.5]
-
-
-@pytest.mark.parametrize("value", VALUES, ids=repr)
-def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) -> None:
-    """Each leaf of the document replaced by an extreme or mistyped value (checksum valid)."""
-    document = json.loads(PAYLOAD)
+def leaf_paths(document: object, ends: bool) -> list[list[str | int]]:
+    """Where the leaves of a JSON document are: every key of an object, the first element of
+    a list (``ends``: and the last)."""
     paths: list[list[str | int]] = []
 
     def leaves(node: object, path: list[str | int]) -> None:
@@ -162,10 +158,22 @@ def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) 
                 leaves(child, [*path, key])
         elif isinstance(node, list) and node:
             leaves(node[0], [*path, 0])
+            if ends and len(node) > 1:
+                leaves(node[-1], [*path, len(node) - 1])
         else:
             paths.append(path)
 
     leaves(document, [])
+    return paths
+
+
+VALUES = [10**400, -(10**30), 2**63, 1e308 * 10, "x" * 3, None, [], {}, -1, 0.5]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) -> None:
+    """Each leaf of the document replaced by an extreme or mistyped value (checksum valid)."""
+    paths = leaf_paths(json.loads(PAYLOAD), ends=False)
     assert len(paths) > 60
     for path in paths:
         changed = json.loads(PAYLOAD)
@@ -195,20 +203,7 @@ def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
     ledger.release(("events", 0))
     ledger.acquire(("events", 1), export(fed(fixture_stream()[:600])), "r")
     payload = codec.encode("ledger", ledger.snapshot()).split(b"\n", 2)[2]
-    document = json.loads(payload)
-    paths: list[list[str | int]] = []
-
-    def leaves(node: object, path: list[str | int]) -> None:
-        if isinstance(node, dict):
-            for key, child in node.items():
-                leaves(child, [*path, key])
-        elif isinstance(node, list) and node:
-            leaves(node[0], [*path, 0])
-            leaves(node[-1], [*path, len(node) - 1])
-        else:
-            paths.append(path)
-
-    leaves(document, [])
+    paths = leaf_paths(json.loads(payload), ends=True)
     refused = 0
     for path in paths:
         for value in (10**30, -1, "x", None, [], [1, 2]):
