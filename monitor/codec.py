@@ -120,8 +120,8 @@ def _decode(kind: str, data: bytes, source: str) -> Any:
     fields = header[len(PREFIX):].split(b" ")
     if fields == [b"2"]:
         raise CheckpointError(
-            f"{source}: written by an earlier searchmon (format 2, pickled objects), which "
-            "this version does not read"
+            f"{source}: format 2 (pickled objects), which is migrated (monitor.format2), "
+            "not decoded"
         )
     try:
         version, found = int(fields[0]), fields[1].decode()
