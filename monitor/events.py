@@ -1,4 +1,4 @@
-"""Decoding of search-log events and judged samples (CONTRACT section 2).
+"""Decoding of search-log events and judged samples (README: "Events").
 
 ``decode`` turns the bytes of one message into a typed, read-only event or a ``Rejection``
 with a reason from a closed set; it never raises for bad input. Events are TypedDicts with

@@ -24,7 +24,7 @@ from typing import Any
 from monitor.codec import CheckpointError, UnitState, fingerprint
 from monitor.config import Config
 from monitor.export import Export, export
-from monitor.judged import OVERALL, Cells, Sample, Summary, Window, _add_cells
+from monitor.judged import Sample, Summary, Window, _add_cells
 from monitor.merge import Key, Ledger
 from monitor.pipeline import Pipeline
 from monitor.snapshots import StateError, finite_or_none
@@ -276,7 +276,7 @@ def _judged(pipeline: Pipeline, record: Any) -> None:
     judged.open_samples = {k: _sample(v) for k, v in record["open_samples"].items()}
     completed = [_sample(s) for s in record["completed"]]
     keep = max([*judged.config.last_samples, 1])
-    judged.completed = deque(_summary(s) for s in completed[-keep:])
+    judged.completed = deque(Summary.of(s) for s in completed[-keep:])
     judged.previous = completed[-1] if completed else None
     pinned = record.fields.get("pinned")
     judged.pinned = _sample(pinned) if pinned is not None else None
@@ -310,10 +310,3 @@ def _sample(record: Any) -> Sample:
         int(record["pending"]),
     )
 
-
-def _summary(sample: Sample) -> Summary:
-    cells: Cells = {}
-    for klass, values in sample.scores.values():
-        _add_cells(cells, klass, values)
-    assert all(k >= OVERALL for k, _ in cells)
-    return Summary(sample.sample_id, sample.last, cells)

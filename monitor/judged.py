@@ -155,6 +155,13 @@ class Summary:
     last: float
     cells: Cells
 
+    @staticmethod
+    def of(sample: Sample) -> Summary:
+        cells: Cells = {}
+        for klass, values in sample.scores.values():
+            _add_cells(cells, klass, values)
+        return Summary(sample.sample_id, sample.last, cells)
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -504,10 +511,7 @@ class Judged:
         baseline = self._baseline()
         if sample.sample_id == self.config.baseline:
             self.pinned = sample
-        cells: Cells = {}
-        for klass, values in sample.scores.values():
-            _add_cells(cells, klass, values)
-        self.completed.append(Summary(sample.sample_id, sample.last, cells))
+        self.completed.append(Summary.of(sample))
         while len(self.completed) > max([*self.config.last_samples, 1]):
             self.completed.popleft()
         self.previous = sample

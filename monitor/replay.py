@@ -1,4 +1,4 @@
-"""``searchmon replay``: the pipeline over JSONL files, then a report (CONTRACT section 6)."""
+"""``searchmon replay``: the pipeline over JSONL files, then a report (README: ``replay``)."""
 
 from __future__ import annotations
 

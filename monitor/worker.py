@@ -284,8 +284,6 @@ class PartitionStates:
                     )
                 if pipeline.forwarded:
                     pipeline.forward_to(owner)
-            if owner is not None and pipeline is not owner:
-                pipeline.forward_live = owner.judged.active
             offsets[key] = numbers[-1] + 1
             self.dirty.add(key)
         if owner is not None and parts:

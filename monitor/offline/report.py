@@ -1,4 +1,4 @@
-"""Printing an evaluation: trec_eval's three columns, or the JSON shape of CONTRACT.md."""
+"""Printing an evaluation: trec_eval's three columns, or the JSON of ``eval --json``."""
 
 from __future__ import annotations
 
