@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from monitor.config import QueryClassesConfig
 
 OTHER = "other"
+NEW = -1
+"""``classify(add=False)``: the declared class is not in the set yet and would join it."""
 ALL = "all"
 """Reserved: the label of overall offline figures; a query declaring it is classified anew."""
 
@@ -71,8 +73,9 @@ class QueryClasses:
             )
         return classes
 
-    def classify(self, query_class: str | None, text: str) -> int:
-        """The class index of a query with this declared class and text."""
+    def classify(self, query_class: str | None, text: str, add: bool = True) -> int:
+        """The class index of a query with this declared class and text; with ``add``
+        False, ``NEW`` where the declared class would join the set."""
         if query_class is not None:
             found = self.index.get(query_class)
             if found is not None:
@@ -81,7 +84,7 @@ class QueryClasses:
                 not self.fixed and len(self.names) - 1 < self.limit and query_class
                 and query_class != ALL
             ):
-                return self._add(query_class)
+                return self._add(query_class) if add else NEW
         if not self.rules:
             return 0
         cached = self._by_text.get(text)

@@ -2,7 +2,7 @@
 
 An encoded document is three parts::
 
-    searchmon-checkpoint 3 KIND\n      (KIND: unit or ledger)
+    searchmon-checkpoint 4 KIND\n      (KIND: unit or ledger)
     SHA-256 of the payload, hex\n
     payload: one JSON object
 
@@ -16,9 +16,12 @@ altered, of another kind or of an unknown version fail with a ``CheckpointError`
 which; nothing in them can run code.
 
 Versions: 2 was a pickle of the live objects; ``monitor.format2`` reads it as data (an
-unpickler that builds no object) and migrates it. 3 is this format. A change of the snapshot
-types raises ``VERSION`` and adds a function ``migrate_3_to_4(document) -> document`` to
-``MIGRATIONS``, applied in turn to older documents before validation.
+unpickler that builds no object) and migrates it. 3 applied events on arrival; 4 (this
+format) keeps the accepted events the watermark has not passed, each session's first event
+time, the clicks waiting for their query and the ends of recently closed sessions. A change
+of the snapshot types raises ``VERSION`` and adds a function
+``migrate_N_to_N+1(document) -> document`` to ``MIGRATIONS``, applied in turn to older
+documents before validation.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from monitor.merge import LedgerState
 from monitor.pipeline import PipelineState
 from monitor.snapshots import Float, Int
 
-VERSION = 3
+VERSION = 4
 PREFIX = b"searchmon-checkpoint "
 STATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
-    "sessions": None,
+    "sessions": (
+        "timeout", "allowed_lateness", "success_dwell", "reformulation_window", "recent_queries",
+    ),
     "query_classes": None,
     "offline": ("measures", "windows", "last_samples", "baseline", "qrels_capacity"),
 }
@@ -48,7 +53,33 @@ one of them makes the state meaningless; the others (rejection logging, the verd
 thresholds, ...) can change across a restart."""
 
 Document = dict[str, Any]
-MIGRATIONS: dict[int, Callable[[Document], Document]] = {}
+
+
+def migrate_3_to_4(document: Document) -> Document:
+    """Format 3 applied every event on arrival: nothing waits, no click waits for its
+    query, no closed session is remembered, and a session's first event time is the
+    earliest it kept (its latest query's, or its last event's)."""
+    pipeline = document.get("pipeline") if isinstance(document, dict) else None
+    if not isinstance(pipeline, dict) or not isinstance(pipeline.get("sessions"), dict):
+        return document  # a ledger, or malformed (then validation says so)
+    sessions = pipeline["sessions"]
+    last, query_time = sessions.get("last"), sessions.get("query_time")
+    if isinstance(last, list) and isinstance(query_time, list):
+        sessions["first"] = [
+            min(a, b) if isinstance(a, float | int) and isinstance(b, float | int) else a
+            for a, b in zip(last, query_time, strict=False)
+        ]
+        sessions["orphans"] = [[] for _ in last]
+    sessions["waiting"] = {
+        "time": [], "kind": [], "event_id": [], "session_id": [], "query_id": [], "a": [],
+        "b": [],
+    }
+    sessions["next_settle"] = None
+    sessions["ended"], sessions["ended_before"] = {}, {}
+    return document
+
+
+MIGRATIONS: dict[int, Callable[[Document], Document]] = {3: migrate_3_to_4}
 """``MIGRATIONS[n]`` turns a version-n payload into a version n+1 payload."""
 
 

@@ -141,6 +141,9 @@ class SessionsConfig(Section):
     """A query followed within this time by another, with no click between, is reformulated."""
     recent_queries: int = Field(default=8, ge=1, le=64)
     """Queries per session remembered to attribute clicks, dwell and conversions."""
+    max_future: Duration = 300.0
+    """Events stamped further ahead than this are rejected (``future_timestamp``): ahead of
+    the wall clock in ``run``, of the median event time around them in ``replay``."""
 
 
 class ClassRule(Section):

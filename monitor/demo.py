@@ -55,6 +55,8 @@ def run_demo(
             "input": {"rejection_log_limit": 0},  # counted in the view, not logged over it
             # the first judged sample (1 h of event time) is the known-good baseline
             "offline": {"baseline": "sample-1"},
+            # event time runs ahead of the wall clock, accelerated: not a wrong clock here
+            "sessions": {"max_future": 10 * 365 * 86400.0},
         })
         daemon = Daemon(config)
         world = World.build(seed)

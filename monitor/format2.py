@@ -242,14 +242,19 @@ def _sessions(pipeline: Pipeline, record: Any) -> None:
     ids, last, klass, queries, flags, query_id, query_class, query_time, older = record["open"]
     from monitor.online import _restore_session
 
+    # format 2 applied events on arrival: nothing waits, and a session's first event time
+    # is unknown (its latest query's, or its last event's, is the earliest time kept)
+    first = [min(t, q) for t, q in zip(last, query_time, strict=True)]
     sessions.open = dict(zip(ids, map(
-        _restore_session, last, klass, queries, flags, query_id, query_class, query_time, older,
+        _restore_session, first, last, klass, queries, flags, query_id, query_class,
+        query_time, older, [None] * len(ids),
     ), strict=True))
     sessions.newest = float(record["newest"])
     sessions.seen, sessions.seen_before = set(record["seen"]), set(record["seen_before"])
     sessions.generation_end = float(record["generation_end"])
     sessions.next_due = float(record["next_due"])
-    sessions.unmatched_clicks = int(record["unmatched_clicks"])
+    sessions.next_settle = sessions.newest - pipeline.config.sessions.allowed_lateness
+    sessions.unmatched_clicks = int(record["unmatched_clicks"])  # nothing closed is known
 
 
 def _judged(pipeline: Pipeline, record: Any) -> None:

@@ -8,7 +8,7 @@ clicks, never its events, so memory per open session is small and bounded.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,34 +147,53 @@ class OnlineCounters:
 
 
 class Session:
-    """One open session: newest event time, first query's class, flags, and recent queries.
+    """One open session: first and newest event time, first query's class, flags, the
+    recent queries, and the clicks and conversions still waiting for their query.
 
     The latest query is kept inline (most clicks are on it); ``older`` holds earlier ones,
-    flat, four slots per query (id, class, time, flags), or is None.
+    flat, four slots per query (id, class, time, flags), or is None. ``orphans``: flat, four
+    slots per event (kind, query id, time, position) whose query the session has not seen
+    (yet), or None.
     """
 
     __slots__ = (
-        "flags", "klass", "last", "older", "queries", "query_class", "query_id",
-        "query_time",
+        "first", "flags", "klass", "last", "older", "orphans", "queries", "query_class",
+        "query_id", "query_time",
     )
 
-    def __init__(self, last: float) -> None:
-        self.last = last
+    def __init__(self, time: float) -> None:
+        self.first = time
+        self.last = time
         self.klass = 0
         self.queries = 0
         self.flags = 0
         self.query_id: str | None = None
         self.query_class = 0
-        self.query_time = last
+        self.query_time = time
         self.older: list[Any] | None = None
+        self.orphans: list[Any] | None = None
+
+
+# Kinds of accepted events, in the order the events of one instant are applied.
+QUERY, CLICK, DWELL, CONVERSION = 0, 1, 2, 3
+
+Accepted = tuple[float, int, str, str, str | None, int, float | None]
+"""An accepted event as the sessionizer keeps it until it applies it: ``(time, kind,
+event_id, session_id, query_id, a, b)``; ``a``: the class index of a query, the position of
+a click, else 0; ``b``: the dwell in milliseconds of a click or dwell event, else None.
+Events sort by time, then kind, then id: the order they are applied in, whatever their order
+of arrival (ids are unique: duplicates are rejected before)."""
 
 
 @dataclass(frozen=True)
 class SessionsState:
     """``Sessions`` as plain data: one column per ``Session`` field, ``older`` flat four slots
-    per query (id, class, time, flags), times in epoch seconds (null: nothing seen yet)."""
+    per query (id, class, time, flags), ``orphans`` flat four slots per event (kind, query id,
+    time, position), the accepted events not applied yet as columns, times in epoch seconds
+    (null: nothing seen yet)."""
 
     ids: list[str]
+    first: list[Float]
     last: list[Float]
     klass: list[Int]
     queries: list[Int]
@@ -183,35 +202,81 @@ class SessionsState:
     query_class: list[Int]
     query_time: list[Float]
     older: list[list[str | Int | Float | None]]
+    orphans: list[list[str | Int | Float | None]]
+    waiting: WaitingState
     newest: Float | None
     seen: list[str]
     seen_before: list[str]
+    ended: dict[str, Float]
+    ended_before: dict[str, Float]
     generation_end: Float | None
     next_due: Float | None
+    next_settle: Float | None
     unmatched_clicks: Int
 
 
+@dataclass(frozen=True)
+class WaitingState:
+    """Accepted events not yet applied (``Accepted``), as columns."""
+
+    time: list[Float]
+    kind: list[Int]
+    event_id: list[str]
+    session_id: list[str]
+    query_id: list[str | None]
+    a: list[Int]
+    b: list[Float | None]
+
+
 def _restore_session(
-    last: float, klass: int, queries: int, flags: int, query_id: str | None, query_class: int,
-    query_time: float, older: list[Any] | None,
+    first: float, last: float, klass: int, queries: int, flags: int, query_id: str | None,
+    query_class: int, query_time: float, older: list[Any] | None, orphans: list[Any] | None,
 ) -> Session:
     session = Session(last)
+    session.first = first
     session.klass, session.queries, session.flags = klass, queries, flags
     session.query_id, session.query_class, session.query_time = query_id, query_class, query_time
-    session.older = older
+    session.older, session.orphans = older, orphans
     return session
+
+
+def _slots_ok(flat: list[Any], limit: int, second_is_class: int | None) -> bool:
+    """Whether ``flat`` is four-slot records (id or kind, class or id, time, int)."""
+    if len(flat) % 4 or len(flat) > limit:
+        return False
+    for i in range(0, len(flat), 4):
+        second, time, last = flat[i + 1], flat[i + 2], flat[i + 3]
+        if not isinstance(time, float | int) or not isinstance(last, int):
+            return False
+        if second_is_class is not None:
+            if not isinstance(second, int) or not 0 <= second < second_is_class:
+                return False
+        elif flat[i] not in (CLICK, CONVERSION) or not isinstance(second, str | None):
+            return False
+    return True
 
 
 @dataclass
 class Sessions:
-    """The sessionizer's explicit state: open sessions, watermark, dedupe memory.
+    """The sessionizer's explicit state: open sessions, accepted events waiting for the
+    watermark, watermark, dedupe memory.
+
+    Event time decides, not arrival order. An accepted event at or after the watermark waits
+    in ``waiting``; once the watermark passes it, the events it passed are applied in event
+    time order (time, then kind: query, click, dwell, conversion; then id). So within the
+    allowed lateness every order of arrival gives the same sessions and counts. An event
+    behind the watermark is applied at once if it falls inside an open session (at or after
+    its first event), else rejected as ``too_late``: the session it belongs to may have
+    closed. Query-level counts (queries, zero results, impressions, latency) are taken on
+    arrival; what depends on the session (clicks and their query, reformulations, the
+    session's class) when the event is applied.
 
     A session closes once the watermark passes its last event plus the timeout. Closing is
-    checked for an event's own session on arrival, and for the others through ``due``: each
-    session id waits in the bucket of the time it would close; each time the watermark enters
-    a new bucket, every session waiting in a bucket up to the watermark's closes if the
-    watermark has passed its end, or moves to the bucket of its new end. The buckets decide
-    only how much is looked at, never what is counted or when.
+    checked for the others through ``due``: each session id waits in the bucket of the time it
+    would close; each time the watermark enters a new bucket, every session waiting in a
+    bucket up to the watermark's closes if the watermark has passed its end, or moves to the
+    bucket of its new end. The buckets decide only how much is looked at, never what is
+    counted or when.
     Event ids are remembered in two generations of ``timeout + allowed_lateness`` of event
     time each: an id is known for at least that long and at most twice that long.
     """
@@ -219,62 +284,98 @@ class Sessions:
     config: SessionsConfig
     counters: OnlineCounters
     open: dict[str, Session] = field(default_factory=dict)
+    waiting: dict[int, list[Accepted]] = field(default_factory=dict)
+    """Accepted events the watermark has not passed, by ``time // settle_step``."""
     newest: float = float("-inf")
     seen: set[str] = field(default_factory=set)
     seen_before: set[str] = field(default_factory=set)
+    ended: dict[str, float] = field(default_factory=dict)
+    """The last event time of each session closed in this generation of the dedupe memory
+    (and ``ended_before``: the previous one): a late event within the timeout of one belongs
+    to it, and is ``too_late``."""
+    ended_before: dict[str, float] = field(default_factory=dict)
     generation_end: float = float("-inf")
     due: dict[int, list[str]] = field(default_factory=dict)
     next_due: float = float("-inf")
+    next_settle: float = float("-inf")
     unmatched_clicks: int = 0
+    horizon: float = float("inf")
+    """Events later than this are rejected (``future_timestamp``); set by the source."""
 
     def snapshot(self) -> SessionsState:
-        """The open sessions as columns (encoded several times faster than as objects),
-        the watermark's newest event time and the dedupe memory. The closing schedule
-        (``due``) is a cache: rebuilt from the sessions on restore."""
+        """The open sessions as columns (encoded several times faster than as objects), the
+        waiting events, the watermark's newest event time and the dedupe memory. The
+        closing schedule (``due``) is a cache: rebuilt from the sessions on restore."""
         sessions = list(self.open.values())
+        waiting = self.waiting_events()
         return SessionsState(
-            ids=list(self.open), last=[s.last for s in sessions],
+            ids=list(self.open), first=[s.first for s in sessions],
+            last=[s.last for s in sessions],
             klass=[s.klass for s in sessions], queries=[s.queries for s in sessions],
             flags=[s.flags for s in sessions], query_id=[s.query_id for s in sessions],
             query_class=[s.query_class for s in sessions],
             query_time=[s.query_time for s in sessions],
             older=[s.older or [] for s in sessions],
+            orphans=[s.orphans or [] for s in sessions],
+            waiting=WaitingState(*(list(column) for column in zip(*waiting, strict=True)))
+            if waiting else WaitingState([], [], [], [], [], [], []),
             newest=finite_or_none(self.newest), seen=list(self.seen),
-            seen_before=list(self.seen_before),
+            seen_before=list(self.seen_before), ended=dict(self.ended),
+            ended_before=dict(self.ended_before),
             generation_end=finite_or_none(self.generation_end),
-            next_due=finite_or_none(self.next_due), unmatched_clicks=self.unmatched_clicks,
+            next_due=finite_or_none(self.next_due),
+            next_settle=finite_or_none(self.next_settle),
+            unmatched_clicks=self.unmatched_clicks,
         )
 
     def restore(self, state: SessionsState, classes: int) -> None:
         same_lengths(
-            "open sessions", state.ids, state.last, state.klass, state.queries, state.flags,
-            state.query_id, state.query_class, state.query_time, state.older,
+            "open sessions", state.ids, state.first, state.last, state.klass, state.queries,
+            state.flags, state.query_id, state.query_class, state.query_time, state.older,
+            state.orphans,
         )
         require(len(set(state.ids)) == len(state.ids), "open sessions: an id twice")
         require(
             all(0 <= k < classes for k in (*state.klass, *state.query_class)),
             "open sessions: a class index out of range",
         )
-        for older in state.older:
-            require(
-                len(older) % 4 == 0 and len(older) <= self._older_slots
-                and all(
-                    isinstance(older[i + 1], int) and 0 <= older[i + 1] < classes  # type: ignore[operator]
-                    and isinstance(older[i + 2], float | int)
-                    and isinstance(older[i + 3], int)
-                    for i in range(0, len(older), 4)
-                ),
-                "open sessions: a malformed list of older queries",
-            )
+        require(
+            all(_slots_ok(older, self._older_slots, classes) for older in state.older),
+            "open sessions: a malformed list of older queries",
+        )
+        require(
+            all(_slots_ok(orphans, self._orphan_slots, None) for orphans in state.orphans),
+            "open sessions: a malformed list of waiting clicks and conversions",
+        )
+        w = state.waiting
+        same_lengths(
+            "waiting events", w.time, w.kind, w.event_id, w.session_id, w.query_id, w.a, w.b
+        )
+        require(
+            all(QUERY <= kind <= CONVERSION for kind in w.kind)
+            and len(set(w.event_id)) == len(w.event_id)
+            and all(
+                0 <= a < classes for kind, a in zip(w.kind, w.a, strict=True) if kind == QUERY
+            ),
+            "waiting events: a kind, id or class out of range",
+        )
         self.open = dict(zip(state.ids, map(
-            _restore_session, state.last, state.klass, state.queries, state.flags,
+            _restore_session, state.first, state.last, state.klass, state.queries, state.flags,
             state.query_id, state.query_class, state.query_time,
             [older or None for older in state.older],
+            [orphans or None for orphans in state.orphans],
         ), strict=True))
+        self.waiting = {}
+        for event in zip(
+            w.time, w.kind, w.event_id, w.session_id, w.query_id, w.a, w.b, strict=True
+        ):
+            self.waiting.setdefault(int(event[0] // self.settle_step), []).append(event)
         self.newest = or_minus_infinity(state.newest)
         self.seen, self.seen_before = set(state.seen), set(state.seen_before)
+        self.ended, self.ended_before = dict(state.ended), dict(state.ended_before)
         self.generation_end = or_minus_infinity(state.generation_end)
         self.next_due = or_minus_infinity(state.next_due)
+        self.next_settle = or_minus_infinity(state.next_settle)
         self.unmatched_clicks = state.unmatched_clicks
         self.due = {}
         for session_id, session in self.open.items():
@@ -284,57 +385,128 @@ class Sessions:
     def open_count(self) -> int:
         return len(self.open)
 
+    def waiting_events(self) -> list[Accepted]:
+        """The accepted events the watermark has not passed, in the order they will apply."""
+        return sorted(event for bucket in self.waiting.values() for event in bucket)
+
     def __post_init__(self) -> None:
         self.bucket_seconds = max(1.0, self.config.timeout / 30)
         self._timeout = self.config.timeout
         self._lateness = self.config.allowed_lateness
+        # waiting events wait in buckets of this much event time; those of a bucket are
+        # sorted and applied together, once the watermark has passed the bucket
+        self.settle_step = max(self._lateness / 8, 0.001)
         self._success_dwell_ms = self.config.success_dwell * 1000.0
         self._reformulation_window = self.config.reformulation_window
         self._older_slots = 4 * self.config.recent_queries
+        self._orphan_slots = 4 * self.config.recent_queries
 
     @property
     def watermark(self) -> float:
         return self.newest - self.config.allowed_lateness
 
-    def admit(self, event_id: str, session_id: str, time: float) -> Session | Reason:
-        """The open session an event joins (opening one), or why the event is rejected."""
+    def offer(self, event: Accepted) -> Reason | None:
+        """Accept an event (it is applied once the watermark passes it), or say why not."""
+        time, event_id = event[0], event[2]
         seen = self.seen
         if event_id in seen or event_id in self.seen_before:
             return Reason.DUPLICATE
-        lateness, timeout = self._lateness, self._timeout
-        if time > self.newest:
-            self.newest = time
-            if time - lateness >= self.next_due:
-                self._close_due()
-        watermark = self.newest - lateness
-        sessions = self.open
-        session = sessions.get(session_id)
-        if session is not None:
-            end = session.last + timeout
-            if end < watermark:  # due: the watermark has passed it
-                del sessions[session_id]
-                self.close(session)
-                if time <= end:
-                    return Reason.TOO_LATE
-            elif time > end:  # an inactivity gap: a new session begins
-                del sessions[session_id]
-                self.close(session)
+        if time > self.horizon:
+            return Reason.FUTURE_TIMESTAMP
+        newest = self.newest
+        if time > newest:
+            self.newest = newest = time
+            if time - self._lateness >= self.next_settle:
+                self._advance()
+        watermark = newest - self._lateness
+        if time >= watermark:
+            seen.add(event_id)
+            number = int(time // self.settle_step)
+            bucket = self.waiting.get(number)
+            if bucket is None:
+                self.waiting[number] = [event]
             else:
-                if time > session.last:
+                bucket.append(event)
+            return None
+        return self._late(event, watermark)
+
+    def refuses(self, event: Accepted) -> Reason | None:
+        """Why ``offer`` would refuse the event for sure (a duplicate, or a time beyond the
+        horizon), without changing anything; None: it may accept it."""
+        if event[2] in self.seen or event[2] in self.seen_before:
+            return Reason.DUPLICATE
+        return Reason.FUTURE_TIMESTAMP if event[0] > self.horizon else None
+
+    def _late(self, event: Accepted, watermark: float) -> Reason | None:
+        """An event behind the watermark: applied to the session it belongs to in event time
+        if that is open (or, when none of its id is, opens one if it would not be over by
+        now); ``too_late`` if it belongs to a session that has closed."""
+        self._advance()  # what the watermark has passed is applied first
+        time, session_id, timeout = event[0], event[3], self._timeout
+        session = self.open.get(session_id)
+        if session is not None and session.last + timeout < watermark:  # due
+            del self.open[session_id]
+            self.close(session_id, session)
+            session = None
+        ended = self.ended.get(session_id)
+        if ended is None:
+            ended = self.ended_before.get(session_id, float("-inf"))
+        if time <= ended + timeout:
+            return Reason.TOO_LATE  # within the timeout of a closed session: it was its
+        if session is None:
+            if time + timeout < watermark:
+                return Reason.TOO_LATE  # a session of its own would have closed by now
+            session = self.open[session_id] = Session(time)
+            self._schedule(session_id, time + timeout)
+        elif time < session.first:
+            if session.first - time > timeout:
+                return Reason.TOO_LATE  # a session of its own, which would have closed
+            session.first = time
+        elif time > session.last:
+            session.last = time
+        self.seen.add(event[2])
+        self._apply(session, event)
+        return None
+
+    def _advance(self) -> None:
+        """Apply the waiting events the watermark has passed, in event time order; close
+        the sessions it has passed."""
+        watermark = self.newest - self._lateness
+        step, waiting = self.settle_step, self.waiting
+        current = int(watermark // step)  # the bucket the watermark is in
+        ready: list[Accepted] = []
+        for number in sorted(b for b in waiting if b <= current):
+            bucket = waiting.pop(number)
+            bucket.sort()
+            if number == current:  # only its events up to the watermark
+                cut = bisect_right(bucket, (watermark, CONVERSION + 1))
+                if cut < len(bucket):
+                    waiting[number] = bucket[cut:]
+                    del bucket[cut:]
+            ready += bucket
+        if ready:
+            self._settle(ready)
+        if watermark >= self.next_due:
+            self._close_due()
+        self.next_settle = (current + 1) * step
+
+    def _settle(self, ready: list[Accepted]) -> None:
+        """Apply waiting events the watermark has passed, in the (time) order given."""
+        sessions, timeout, apply = self.open, self._timeout, self._apply
+        for event in ready:
+            time, session_id = event[0], event[3]
+            session = sessions.get(session_id)
+            if session is not None:
+                if time > session.last + timeout:  # an inactivity gap: a new session
+                    del sessions[session_id]
+                    self.close(session_id, session)
+                    session = None
+                elif time > session.last:
                     session.last = time
-                seen.add(event_id)
-                return session
-        if time + timeout < watermark:
-            return Reason.TOO_LATE
-        session = sessions[session_id] = Session(time)
-        bucket = int((time + timeout) // self.bucket_seconds)
-        waiting = self.due.get(bucket)
-        if waiting is None:
-            self.due[bucket] = [session_id]
-        else:
-            waiting.append(session_id)
-        seen.add(event_id)
-        return session
+            if session is None:
+                session = sessions[session_id] = Session(time)
+                self._schedule(session_id, time + timeout)
+            apply(session, event)
 
     def _schedule(self, session_id: str, end: float) -> None:
         bucket = int(end // self.bucket_seconds)
@@ -350,6 +522,7 @@ class Sessions:
         watermark = self.newest - config.allowed_lateness
         if self.newest >= self.generation_end:
             self.seen_before, self.seen = self.seen, set()
+            self.ended_before, self.ended = self.ended, {}
             self.generation_end = self.newest + config.timeout + config.allowed_lateness
         width = self.bucket_seconds
         passed = int(watermark // width)  # buckets below this have ended
@@ -364,22 +537,31 @@ class Sessions:
                     continue  # closed already
                 end = session.last + timeout
                 if end < watermark:
-                    close(session)
+                    close(session_id, session)
                 else:  # active since it was scheduled: not due yet
                     sessions[session_id] = session
                     self._schedule(session_id, end)
         self.next_due = (passed + 1) * self.bucket_seconds
 
     def close_all(self) -> None:
-        """End of input: close every open session and forget every id."""
-        for session in self.open.values():
-            self.close(session)
+        """End of input: apply every waiting event, close every session, forget every id."""
+        self._settle(self.waiting_events())
+        self.waiting.clear()
+        for session_id, session in self.open.items():
+            self.close(session_id, session)
         self.open.clear()
         self.due.clear()
         self.seen.clear()
         self.seen_before.clear()
+        self.ended.clear()
+        self.ended_before.clear()
 
-    def close(self, session: Session) -> None:
+    def close(self, session_id: str, session: Session) -> None:
+        self.ended[session_id] = session.last
+        orphans = session.orphans
+        if orphans:  # their query never came: counted under the session's class
+            for i in range(0, len(orphans), 4):
+                self._unmatched(session, orphans[i], orphans[i + 3])
         if session.queries == 0:
             return  # a session counts only if it has a query
         c, counters = session.klass, self.counters
@@ -392,30 +574,47 @@ class Sessions:
         per_session.counts[c][bisect_left(per_session.bounds, session.queries)] += 1
         per_session.sums[c] += session.queries
 
-    # --- events of an admitted session -----------------------------------------------------
+    # --- the counts taken on arrival (the pipeline counts queries, impressions, zero results)
 
-    def on_query(
-        self, session: Session, klass: int, query_id: str, time: float, results: int,
-        zero_result: bool, latency_seconds: float | None,
-    ) -> None:
-        counters = self.counters
-        counters.queries[klass] += 1
-        counters.result_impressions[klass] += results
-        if zero_result:
-            counters.zero_result_queries[klass] += 1
-        if latency_seconds is not None:
-            latency = counters.query_latency
-            latency.counts[klass][bisect_left(latency.bounds, latency_seconds)] += 1
-            latency.sums[klass] += latency_seconds
+    def count_latency(self, klass: int, seconds: float) -> None:
+        latency = self.counters.query_latency
+        latency.counts[klass][bisect_left(latency.bounds, seconds)] += 1
+        latency.sums[klass] += seconds
+
+    # --- events applied to their session, in event time order ------------------------------
+
+    def _apply(self, session: Session, event: Accepted) -> None:
+        time, kind, _, _, query_id, a, b = event
+        if kind == QUERY:
+            assert query_id is not None, "a query has an id"
+            self._query(session, a, query_id, time)
+        elif kind == CLICK:
+            session.flags |= CLICKED | CLICK_AFTER
+            if b is not None and b >= self._success_dwell_ms:
+                session.flags |= SUCCESSFUL
+            if not self._credit_click(session, query_id, time, a):
+                self._orphan(session, CLICK, query_id, time, a)
+        elif kind == DWELL:
+            if b is not None and b >= self._success_dwell_ms:
+                session.flags |= SUCCESSFUL
+        else:
+            session.flags |= SUCCESSFUL
+            klass = self._query_class(session, query_id)
+            if klass is None:
+                self._orphan(session, CONVERSION, query_id, time, 0)
+            else:
+                self.counters.conversions[klass] += 1
+
+    def _query(self, session: Session, klass: int, query_id: str, time: float) -> None:
         if session.queries == 0:
             session.klass = klass
         else:
-            # the previous query (by arrival) was reformulated: no click after it, soon followed
+            # the previous query was reformulated: no click after it, soon followed
             if (
                 not session.flags & CLICK_AFTER
                 and 0 <= time - session.query_time <= self._reformulation_window
             ):
-                counters.reformulated_queries[session.query_class] += 1
+                self.counters.reformulated_queries[session.query_class] += 1
             older = session.older
             if older is None:
                 older = session.older = []
@@ -428,32 +627,42 @@ class Sessions:
         session.query_class = klass
         session.query_time = time
         session.flags &= ~QUERY_BITS
+        if session.orphans:
+            self._adopt(session, query_id)
 
-    def on_click(
-        self, session: Session, query_id: str, time: float, position: int,
-        dwell_ms: float | None,
-    ) -> None:
-        counters = self.counters
-        bits = CLICKED | CLICK_AFTER
+    def _query_class(self, session: Session, query_id: str | None) -> int | None:
+        """The class a conversion counts under: its query's, or without a query id the
+        session's; None while that is unknown."""
+        if query_id is None:
+            return session.klass if session.queries else None
+        if query_id == session.query_id:
+            return session.query_class
+        found = _find(session.older, query_id)
+        return session.older[found + 1] if found >= 0 and session.older else None
+
+    def _credit_click(
+        self, session: Session, query_id: str | None, time: float, position: int
+    ) -> bool:
+        """Count a click under its query; False when the session does not know the query."""
         if session.query_id == query_id:
             klass = session.query_class
             first = not session.flags & QUERY_CLICKED
-            bits |= QUERY_CLICKED
-            if first:
-                delay = time - session.query_time
+            session.flags |= QUERY_CLICKED
+            delay = time - session.query_time
         else:
             older = session.older
             found = _find(older, query_id)
             if found < 0 or older is None:
-                klass = session.klass
-                first = False
-                self.unmatched_clicks += 1
-            else:
-                klass = older[found + 1]
-                first = not older[found + 3] & QUERY_CLICKED
-                if first:
-                    older[found + 3] |= QUERY_CLICKED
-                    delay = time - older[found + 2]
+                return False
+            klass = older[found + 1]
+            first = not older[found + 3] & QUERY_CLICKED
+            older[found + 3] |= QUERY_CLICKED
+            delay = time - older[found + 2]
+        self._count_click(klass, position, first, delay)
+        return True
+
+    def _count_click(self, klass: int, position: int, first: bool, delay: float) -> None:
+        counters = self.counters
         if first:
             counters.clicked_queries[klass] += 1
             rr = counters.first_click_reciprocal_rank
@@ -467,22 +676,43 @@ class Sessions:
         positions = counters.click_position
         positions.counts[klass][bisect_left(positions.bounds, position)] += 1
         positions.sums[klass] += position
-        session.flags |= bits
-        if dwell_ms is not None and dwell_ms >= self._success_dwell_ms:
-            session.flags |= SUCCESSFUL
 
-    def on_dwell(self, session: Session, dwell_ms: float) -> None:
-        if dwell_ms >= self._success_dwell_ms:
-            session.flags |= SUCCESSFUL
+    def _orphan(
+        self, session: Session, kind: int, query_id: str | None, time: float, position: int
+    ) -> None:
+        """A click or conversion whose query the session has not seen: it waits for it
+        (a query stamped a little after its click, by another clock) until the session
+        closes; beyond ``recent_queries`` waiting, the oldest counts as unmatched now."""
+        orphans = session.orphans
+        if orphans is None:
+            orphans = session.orphans = []
+        orphans += (kind, query_id, time, position)
+        if len(orphans) > self._orphan_slots:
+            kind, _, _, position = orphans[:4]
+            del orphans[:4]
+            self._unmatched(session, kind, position)
 
-    def on_conversion(self, session: Session, query_id: str | None) -> None:
-        if query_id is not None and query_id == session.query_id:
-            klass = session.query_class
+    def _adopt(self, session: Session, query_id: str) -> None:
+        """The clicks and conversions that waited for this query count under it now."""
+        orphans = session.orphans
+        assert orphans is not None
+        rest: list[Any] = []
+        for i in range(0, len(orphans), 4):
+            kind, waited_for, time, position = orphans[i:i + 4]
+            if waited_for != query_id:
+                rest += (kind, waited_for, time, position)
+            elif kind == CLICK:
+                self._credit_click(session, query_id, time, position)
+            else:
+                self.counters.conversions[session.query_class] += 1
+        session.orphans = rest or None
+
+    def _unmatched(self, session: Session, kind: int, position: int) -> None:
+        if kind == CLICK:
+            self.unmatched_clicks += 1
+            self._count_click(session.klass, position, False, -1.0)
         else:
-            found = _find(session.older, query_id) if query_id is not None else -1
-            klass = session.older[found + 1] if found >= 0 and session.older else session.klass
-        self.counters.conversions[klass] += 1
-        session.flags |= SUCCESSFUL
+            self.counters.conversions[session.klass] += 1
 
 
 def _find(older: list[Any] | None, query_id: str | None) -> int:

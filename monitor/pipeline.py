@@ -8,27 +8,45 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import final
 
 from pydantic import ValidationError
 
-from monitor.classes import QueryClasses
+from monitor.classes import NEW, QueryClasses
 from monitor.config import Config
 from monitor.events import (
+    ClickEvent,
+    ConversionEvent,
+    DwellEvent,
     Event,
+    FastPathError,
     IgnoredAction,
     Judgment,
-    LiveEvent,
+    Live,
     Qrels,
+    QueryEvent,
     Reason,
     Rejection,
+    as_live,
+    decode_live,
     decode_native,
     decode_other,
     epoch_seconds,
     too_large,
 )
 from monitor.judged import Judged, JudgedState
-from monitor.online import CountersState, OnlineCounters, Session, Sessions, SessionsState
+from monitor.online import (
+    CLICK,
+    CONVERSION,
+    DWELL,
+    QUERY,
+    Accepted,
+    CountersState,
+    OnlineCounters,
+    Sessions,
+    SessionsState,
+)
 from monitor.snapshots import Int, require
 
 log = logging.getLogger(__name__)
@@ -78,6 +96,7 @@ class LiveQuery:
     results: list[str]
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class JudgedMessage:
     """A judgment or qrels message, validated; ``ranking``: a judgment's, in ranked order."""
@@ -88,6 +107,9 @@ class JudgedMessage:
 
 
 Forwarded = LiveQuery | JudgedMessage
+LIVE = (QueryEvent, ClickEvent, DwellEvent, ConversionEvent)
+Read = tuple[Accepted, Live] | JudgedMessage
+"""A message ``Pipeline.read`` decoded and validated, for ``Pipeline.admit``."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +145,6 @@ class Pipeline:
         self.health = Health()
         self._max_bytes = config.input.max_event_bytes
         self._class_index = self.classes.index
-        self._decode = decode_native
         self.judged = Judged(config.offline)
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
@@ -135,13 +156,65 @@ class Pipeline:
 
     def feed(self, data: bytes) -> Rejection | None:
         """Account for one message; returns its rejection, if it was rejected."""
+        read = self.read(data)
+        if read is None or type(read) is Rejection:
+            return read
+        return self.admit(read)
+
+    def read(self, data: bytes) -> Read | Rejection | None:
+        """One message decoded and validated: what to ``admit``, or its rejection, or None
+        for an ignored action (both counted here)."""
+        event: Live | JudgedMessage | Rejection | None
+        try:
+            if len(data) > self._max_bytes:
+                raise FastPathError
+            event = decode_live(data)
+        except FastPathError:
+            event = self._read_other(data)
+            if not isinstance(event, LIVE):
+                return event
+        stamp = event.timestamp
+        if stamp.__class__ is int:
+            time = stamp / 1000.0
+        else:
+            try:
+                parsed = fromisoformat(stamp)  # type: ignore[arg-type]
+            except ValueError:
+                parsed = None
+            if parsed is None or parsed.tzinfo is None:
+                return self._reject_timestamp(stamp)  # type: ignore[arg-type]
+            time = parsed.timestamp()
+        if type(event) is QueryEvent:
+            declared = event.query_class
+            klass = self._class_index.get(declared) if declared is not None else None
+            if klass is None:  # NEW (a class joining the set) only once the query is accepted
+                klass = self.classes.classify(declared, event.query_text, add=False)
+            return (
+                time, QUERY, event.event_id, event.session_id, event.query_id, klass, None,
+            ), event
+        if type(event) is ClickEvent:
+            return (
+                time, CLICK, event.event_id, event.session_id, event.query_id, event.position,
+                event.dwell_ms,
+            ), event
+        if type(event) is DwellEvent:
+            return (
+                time, DWELL, event.event_id, event.session_id, event.query_id, 0,
+                event.dwell_ms,
+            ), event
+        return (
+            time, CONVERSION, event.event_id, event.session_id, event.query_id, 0, None,
+        ), event
+
+    def _read_other(self, data: bytes) -> Live | JudgedMessage | Rejection | None:
+        """A message the fast path refused: too large, not JSON, invalid, judged, UBI."""
         health = self.health
         decoded: Event | Rejection | IgnoredAction
         if len(data) > self._max_bytes:
             decoded = too_large(data, self._max_bytes)
         else:
             try:
-                decoded = self._decode(data)
+                decoded = decode_native(data)
             except ValidationError as error:
                 decoded = decode_other(data, error)
         if not isinstance(decoded, dict):
@@ -150,55 +223,54 @@ class Pipeline:
                 return decoded
             health.ignored_actions += 1
             return None
-        event = decoded
-        kind = event["type"]
-        if kind == "judgment" or kind == "qrels":
-            return self._judged(event)
-        stamp = event["timestamp"]
-        if isinstance(stamp, int):
-            time = stamp / 1000.0
-        else:
-            try:
-                parsed = fromisoformat(stamp)
-            except ValueError:
-                parsed = None
-            if parsed is None or parsed.tzinfo is None:
-                return self._reject_timestamp(stamp)
-            time = parsed.timestamp()
+        if decoded["type"] == "judgment" or decoded["type"] == "qrels":
+            return self._judged(decoded)
+        return as_live(decoded)
+
+    def admit(self, read: Read) -> Rejection | None:
+        """Hand what ``read`` returned to the sessions (or the offline state); returns the
+        rejection, if the sessions refuse it."""
+        if type(read) is JudgedMessage:
+            if read.time > self.sessions.horizon:  # it would move the offline clock ahead
+                self.health.rejected[Reason.FUTURE_TIMESTAMP] += 1
+                return self._future(read.event["timestamp"])
+            self.health.judged_messages += 1
+            if self.forwarding:
+                self.forwarded.append(read)
+            else:
+                self._apply(read)
+            return None
+        accepted, event = read
         sessions = self.sessions
-        session = sessions.admit(event["event_id"], event["session_id"], time)
-        if not isinstance(session, Session):
-            return self._reject(session, event)
-        health.accepted += 1
-        if kind == "query":
-            declared = event.get("query_class")
-            klass = self._class_index.get(declared) if declared is not None else None
-            if klass is None:
-                klass = self.classes.classify(declared, event["query_text"])
-            if klass >= len(self.counters.queries):
-                self._grow()
-            results = len(event["result_ids"])
-            count, latency = event.get("result_count"), event.get("latency_ms")
-            sessions.on_query(
-                session, klass, event["query_id"], time, results,
-                count == 0 if count is not None else results == 0,
-                latency / 1000.0 if latency is not None else None,
-            )
+        if accepted[5] == NEW and type(event) is QueryEvent:
+            reason = sessions.refuses(accepted)
+            if reason is not None:
+                return self._reject(reason, event)
+            klass = self.classes.classify(event.query_class, event.query_text)
+            self._grow()
+            accepted = (*accepted[:5], klass, None)
+        reason = sessions.offer(accepted)
+        if reason is not None:
+            return self._reject(reason, event)
+        self.health.accepted += 1
+        if type(event) is QueryEvent:
+            klass = accepted[5]
+            counters = self.counters
+            counters.queries[klass] += 1
+            results = len(event.result_ids)
+            counters.result_impressions[klass] += results
+            count = event.result_count
+            if (count == 0) if count is not None else results == 0:
+                counters.zero_result_queries[klass] += 1
+            if event.latency_ms is not None:
+                sessions.count_latency(klass, event.latency_ms / 1000.0)
             if not self.forwarding:
                 if self.judged.active:
-                    self._live_query(klass, time, event["query_text"], event["result_ids"])
+                    self._live_query(klass, accepted[0], event.query_text, event.result_ids)
             elif self.forward_live:
                 self.forwarded.append(LiveQuery(
-                    self.classes.names[klass], time, event["query_text"], event["result_ids"]
+                    self.classes.names[klass], accepted[0], event.query_text, event.result_ids
                 ))
-        elif kind == "click":
-            sessions.on_click(
-                session, event["query_id"], time, event["position"], event.get("dwell_ms")
-            )
-        elif kind == "dwell":
-            sessions.on_dwell(session, event["dwell_ms"])
-        else:
-            sessions.on_conversion(session, event.get("query_id"))
         return None
 
     def snapshot(self) -> PipelineState:
@@ -241,25 +313,19 @@ class Pipeline:
         self.sessions.close_all()
         self.judged.close()
 
-    def _judged(self, event: Judgment | Qrels) -> Rejection | None:
-        """Validated and counted here; applied to the offline state here or forwarded."""
+    def _judged(self, event: Judgment | Qrels) -> JudgedMessage | Rejection:
+        """A judged message validated (applied or forwarded by ``admit``), or rejected."""
         time = epoch_seconds(event["timestamp"])
         if isinstance(time, Rejection):
             self.health.rejected[time.reason] += 1
             return time
-        judged = JudgedMessage(time, event, None)
-        if event["type"] == "judgment":
-            ranking = _ranked(event["ranking"], event.get("scores"))
-            if len(set(ranking)) != len(ranking):
-                self.health.rejected[Reason.SCHEMA] += 1
-                return Rejection(Reason.SCHEMA, "ranking names a document twice")
-            judged = JudgedMessage(time, event, ranking)
-        self.health.judged_messages += 1
-        if self.forwarding:
-            self.forwarded.append(judged)
-        else:
-            self._apply(judged)
-        return None
+        if event["type"] == "qrels":
+            return JudgedMessage(time, event, None)
+        ranking = _ranked(event["ranking"], event.get("scores"))
+        if len(set(ranking)) != len(ranking):
+            self.health.rejected[Reason.SCHEMA] += 1
+            return Rejection(Reason.SCHEMA, "ranking names a document twice")
+        return JudgedMessage(time, event, ranking)
 
     def forward_to(self, holder: Pipeline | None) -> None:
         """Hand what waits in ``forwarded`` to the pipeline holding the offline state (None:
@@ -314,12 +380,21 @@ class Pipeline:
         self.health.rejected[rejection.reason] += 1
         return rejection
 
-    def _reject(self, reason: Reason, event: LiveEvent) -> Rejection:
+    def _future(self, stamp: int | str) -> Rejection:
+        ahead = self.config.sessions.max_future
+        return Rejection(Reason.FUTURE_TIMESTAMP, (
+            f"timestamp {stamp} is more than {ahead:g} s ahead of "
+            f"{_utc(self.sessions.horizon - ahead)}"
+        ))
+
+    def _reject(self, reason: Reason, event: Live) -> Rejection:
         self.health.rejected[reason] += 1
         if reason is Reason.DUPLICATE:
-            return Rejection(reason, f"event_id {event['event_id']!r} seen before")
+            return Rejection(reason, f"event_id {event.event_id!r} seen before")
+        if reason is Reason.FUTURE_TIMESTAMP:
+            return self._future(event.timestamp)
         return Rejection(
-            reason, f"event time {event['timestamp']} is behind the watermark of its session"
+            reason, f"event time {event.timestamp} is behind the watermark of its session"
         )
 
 
@@ -339,6 +414,10 @@ class RejectionLog:
                     "further %s rejections are counted, not logged", rejection.reason.value
                 )
         self.logged[rejection.reason] = count + 1
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _ranked(ranking: list[str], scores: dict[str, float] | None) -> list[str]:

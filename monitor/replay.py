@@ -5,13 +5,15 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from monitor.classes import ALL
+from monitor.events import Rejection
 from monitor.judged import OVERALL
 from monitor.online import OnlineCounters
-from monitor.pipeline import Pipeline, RejectionLog
+from monitor.pipeline import JudgedMessage, Pipeline, Read, RejectionLog
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -35,16 +37,67 @@ def open_events(path: Path) -> BinaryIO:
     return raw
 
 
+AHEAD = 128
+"""Messages read ahead of those admitted: their event time is judged against these."""
+BEHIND = 32
+"""Event times admitted before them that are part of that judgement too."""
+BATCH = 64
+"""Messages admitted together, under one estimate of the event time around them."""
+
+
 def replay(pipeline: Pipeline, path: Path, log: RejectionLog) -> None:
-    """Feed every line of ``path`` to the pipeline, logging rejections with file:line."""
-    feed, source = pipeline.feed, str(path)
+    """Feed every line of ``path`` to the pipeline, logging rejections with file:line.
+
+    Lines are decoded when read and admitted ``AHEAD`` lines later, ``BATCH`` at a time, so
+    that their times can be judged against the events after them: an event stamped more
+    than ``[sessions] max_future`` after both the median time of the ``AHEAD`` messages read
+    after its batch and the newest of the ``BEHIND`` events admitted before it is rejected
+    as ``future_timestamp`` (the last ``AHEAD`` of a file are admitted one at a time, each
+    against those after it). One clock, however wrong, cannot move that median; a log that
+    resumes after a long pause is judged by the events after the pause.
+    """
+    read, source = pipeline.read, str(path)
+    held: list[tuple[int, Read]] = []
+    times: list[float] = []  # of the messages held
+    behind: deque[float] = deque(maxlen=BEHIND)
     number = 0
     with open_events(path) as stream:
         for line in stream:  # the line ending is JSON whitespace: no need to strip it
             number += 1
-            rejection = feed(line)
-            if rejection is not None:
-                log.record(rejection, f"{source}:{number}")
+            result = read(line)
+            if result is None:
+                continue
+            if type(result) is Rejection:
+                log.record(result, f"{source}:{number}")
+                continue
+            held.append((number, result))
+            times.append(result.time if type(result) is JudgedMessage else result[0][0])
+            if len(held) == AHEAD + BATCH:
+                _admit(pipeline, held, times, BATCH, behind, log, source)
+        while held:
+            _admit(pipeline, held, times, 1, behind, log, source)
+    pipeline.sessions.horizon = float("inf")
+
+
+def _admit(
+    pipeline: Pipeline, held: list[tuple[int, Read]], times: list[float], count: int,
+    behind: deque[float], log: RejectionLog, source: str,
+) -> None:
+    """Admit the first ``count`` messages held, judged against those after them."""
+    sessions, admit = pipeline.sessions, pipeline.admit
+    ahead = sorted(times[count:])
+    median = ahead[len(ahead) // 2] if ahead else float("-inf")
+    horizon = max(median, max(behind, default=float("-inf")))
+    sessions.horizon = horizon + pipeline.config.sessions.max_future if horizon > float(
+        "-inf"
+    ) else float("inf")  # a lone event: nothing to judge it by
+    for (position, item), time in zip(held[:count], times[:count], strict=True):
+        rejection = admit(item)
+        if rejection is not None:
+            log.record(rejection, f"{source}:{position}")
+        elif item.__class__ is not JudgedMessage:
+            behind.append(time)
+    del held[:count], times[:count]
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:

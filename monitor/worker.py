@@ -264,6 +264,8 @@ class PartitionStates:
         letters: list[Letter] = []
         offsets, units = self.offsets, self.units
         owner = units[self.offline] if self.offline is not None else None
+        # events stamped further ahead of this machine's clock than max_future are rejected
+        horizon = time.time() + self.config.sessions.max_future
         for key, numbers, values in parts:
             pipeline = units.get(key)
             if pipeline is None:
@@ -273,6 +275,7 @@ class PartitionStates:
                 continue
             if pipeline is not owner:
                 pipeline.forward_live = owner is not None and owner.judged.active
+            pipeline.sessions.horizon = horizon
             feed = pipeline.feed
             for index in range(start, len(numbers)):
                 value = values[index]

@@ -5,8 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from monitor.events import IgnoredAction, Reason, Rejection, decode, epoch_seconds
+from monitor.events import (
+    FastPathError,
+    IgnoredAction,
+    Reason,
+    Rejection,
+    as_live,
+    decode,
+    decode_live,
+    epoch_seconds,
+)
 from tests.events import T0, click, query
 
 LIMIT = 1 << 20
@@ -98,3 +109,49 @@ def test_other_ubi_actions_are_ignored_and_a_click_without_position_rejected() -
     bad = {**hover, "action_name": "click", "query_id": "u"}
     result = decode(json.dumps(bad).encode(), LIMIT)
     assert isinstance(result, Rejection) and result.reason is Reason.SCHEMA
+
+
+ODD_VALUES = [
+    None, True, False, 0, 1, -1, 2, 2.0, 2.5, "2", "", "x", 2**31 - 1, 2**31, 2**63, 10**400,
+    1e12, 1e12 + 1, 1e15, 1e16, -1e15, 1e400, [], ["d1"], [1], {}, {"a": 1},
+    1_790_000_000_000, 253_402_300_799_999, 253_402_300_800_000, "2026-11-22T10:00:05Z",
+]
+TEMPLATES = {
+    "query": json.loads(query("e1", 0, "s1", "q1", result_count=3, latency_ms=4.5, page=1)),
+    "click": json.loads(click("e2", 1, "s1", "q1", dwell_ms=30.0)),
+    "dwell": {"type": "dwell", "event_id": "e3", "timestamp": 1_790_000_000_000,
+              "session_id": "s1", "query_id": "q1", "doc_id": "d1", "dwell_ms": 5.0},
+    "conversion": {"type": "conversion", "event_id": "e4", "timestamp": 1_790_000_000_000,
+                   "session_id": "s1", "query_id": "q1", "doc_id": "d1", "value": 2.0},
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(TEMPLATES)),
+    changes=st.dictionaries(
+        st.sampled_from(sorted({k for t in TEMPLATES.values() for k in t} - {"type"})),
+        st.sampled_from(ODD_VALUES) | st.just("@drop"), max_size=3,
+    ),
+)
+def test_the_fast_path_accepts_only_what_the_full_validation_accepts_alike(
+    kind: str, changes: dict[str, object]
+) -> None:
+    """msgspec decodes live events first; whatever it accepts, pydantic's definitions accept
+    with the same values, so the fast path never lets through what the documented rules
+    refuse (and what it refuses, they decide)."""
+    document = dict(TEMPLATES[kind])
+    for key, value in changes.items():
+        if value == "@drop":
+            document.pop(key, None)
+        else:
+            document[key] = value
+    data = json.dumps(document).encode()
+    try:
+        fast = decode_live(data)
+    except FastPathError:
+        return
+    slow = decode(data, LIMIT)
+    assert isinstance(slow, dict), (document, slow)
+    assert slow["type"] != "judgment" and slow["type"] != "qrels"
+    assert as_live(slow) == fast

@@ -168,10 +168,13 @@ def test_sessions_close_when_the_watermark_passes_them() -> None:
     pipeline = Pipeline(CONFIG)
     pipeline.feed(query("e1", 0, "s1", "q1"))
     pipeline.feed(query("e2", 65, "s2", "q2"))  # watermark 55 < 0 + 60: s1 still open
-    assert pipeline.counters.sessions == [0, 0] and len(pipeline.sessions.open) == 2
+    # s2's query waits until the watermark passes it
+    assert pipeline.counters.sessions == [0, 0] and list(pipeline.sessions.open) == ["s1"]
+    assert [event[3] for event in pipeline.sessions.waiting_events()] == ["s2"]
     pipeline.feed(query("e3", 200, "s3", "q3"))  # watermark 190: s1 and s2 close
     assert sum(pipeline.counters.sessions) == 2
-    assert list(pipeline.sessions.open) == ["s3"]
+    assert not pipeline.sessions.open
+    assert [e[3] for e in pipeline.sessions.waiting_events()] == ["s3"]
 
 
 def test_first_click_histograms() -> None:
