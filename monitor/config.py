@@ -6,10 +6,14 @@ A file that sets only what differs from the defaults is valid; an unknown key is
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     BaseModel,
@@ -233,6 +237,45 @@ class OfflineConfig(Section):
         return canonical
 
 
+class UbiConfig(Section):
+    """How OpenSearch UBI records become events (README: "UBI")."""
+
+    click_actions: list[str] = [
+        "click", "click_through", "item_click", "product_click", "global_click",
+    ]
+    conversion_actions: list[str] = ["add_to_cart", "purchase", "product_purchase"]
+    impression_actions: list[str] = ["impression"]
+    ordinal_base: int = Field(default=0, ge=0, le=1)
+    """``event_attributes.position.ordinal`` of the first result: 0 (the UBI plugin's data
+    generator and click models) or 1."""
+    naive_timezone: str = "UTC"
+    """The zone of a UBI timestamp without an offset (the spec's own example has none), or
+    ``reject``."""
+    empty_hit_ids: Literal["zero_results", "unknown"] = "zero_results"
+    """An empty ``query_response_hit_ids``: the query found nothing, or its results were not
+    logged. Absent hit ids are always unknown."""
+
+    @field_validator("naive_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if value != "reject":
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(
+                    "expected an IANA time zone (UTC, Europe/Berlin) or reject"
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> UbiConfig:
+        groups = (self.click_actions, self.conversion_actions, self.impression_actions)
+        names = [name for group in groups for name in group]
+        if len(set(names)) != len(names):
+            raise ValueError("an action name is in more than one of the action lists")
+        return self
+
+
 class Config(Section):
     kafka: KafkaConfig = KafkaConfig()
     http: HttpConfig = HttpConfig()
@@ -241,6 +284,7 @@ class Config(Section):
     query_classes: QueryClassesConfig = QueryClassesConfig()
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
+    ubi: UbiConfig = UbiConfig()
 
 
 class ConfigError(Exception):
@@ -251,28 +295,100 @@ class ConfigError(Exception):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
-def load_config(path: Path | None) -> Config:
-    """The configuration in ``path``, or the defaults when ``path`` is None."""
-    if path is None:
-        return Config()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(str(path), [f"cannot read: {error.strerror}"]) from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), ["not UTF-8 text"]) from None
-    return parse_config(text, str(path))
+ENV_PREFIX = "SEARCHMON_"
+"""``SEARCHMON_<SECTION>__<KEY>`` overrides ``[section] key`` of the file."""
+SECRETS = {("kafka", "sasl_password")}
+"""Settings whose value is never printed, and which can be read from a file instead:
+``<key>_file`` in the file or ``SEARCHMON_<SECTION>__<KEY>_FILE`` in the environment."""
 
 
-def parse_config(text: str, source: str = "<config>") -> Config:
+def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> Config:
+    """The effective configuration: the file in ``path`` (the defaults when None), then the
+    ``SEARCHMON_<SECTION>__<KEY>`` variables of ``environ`` (default: the process
+    environment) over it, then secrets read from their ``*_file``."""
+    text = ""
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(str(path), [f"cannot read: {error.strerror}"]) from None
+        except UnicodeDecodeError:
+            raise ConfigError(str(path), ["not UTF-8 text"]) from None
+    return parse_config(text, source, os.environ if environ is None else environ)
+
+
+def parse_config(
+    text: str, source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(source, [f"not valid TOML: {error}"]) from None
+    problems = _overlay(data, environ or {})
+    problems += _read_secret_files(data)
+    if problems:
+        raise ConfigError(source, problems)
     try:
         return Config.model_validate(data)
     except ValidationError as error:
         raise ConfigError(source, [_explain(e) for e in error.errors()]) from None
+
+
+def _overlay(data: dict[str, Any], environ: Mapping[str, str]) -> list[str]:
+    """Put the environment's ``SEARCHMON_<SECTION>__<KEY>`` values into ``data``.
+
+    A value is taken as it is (pydantic reads numbers, booleans and durations from strings),
+    except for list settings: JSON (``["a:9092", "b:9092"]``) or comma-separated."""
+    problems = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+        model = Config.model_fields.get(section)
+        if model is None:
+            problems.append(f"{name}: no section [{section}] (see config.example.toml)")
+            continue
+        table = data.setdefault(section, {})
+        if not isinstance(table, dict):
+            problems.append(f"{name}: [{section}] is not a table in the file")
+            continue
+        value: Any = environ[name]
+        field = _field_type(section, key)
+        if field is not None and get_origin(field) is list:
+            try:
+                value = json.loads(value) if value.lstrip().startswith("[") else [
+                    item.strip() for item in value.split(",") if item.strip()
+                ]
+            except json.JSONDecodeError as error:
+                problems.append(f"{name}: not a JSON list ({error.msg})")
+                continue
+        table[key] = value
+    return problems
+
+
+def _field_type(section: str, key: str) -> Any:
+    model = Config.model_fields[section].annotation
+    fields = getattr(model, "model_fields", {})
+    return fields[key].annotation if key in fields else None
+
+
+def _read_secret_files(data: dict[str, Any]) -> list[str]:
+    problems = []
+    for section, key in sorted(SECRETS):
+        table = data.get(section)
+        if not isinstance(table, dict) or f"{key}_file" not in table:
+            continue
+        path = table.pop(f"{key}_file")
+        if key in table:
+            problems.append(f"{section}.{key} and {section}.{key}_file: set one of the two")
+            continue
+        try:
+            table[key] = Path(str(path)).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as error:
+            problems.append(f"{section}.{key}_file = {str(path)!r}: cannot read ({error})")
+    return problems
 
 
 def _explain(error: Any) -> str:
@@ -283,4 +399,6 @@ def _explain(error: Any) -> str:
     if kind == "missing":
         return f"{key}: required"
     message = str(error["msg"]).removeprefix("Value error, ")
+    if tuple(str(part) for part in error["loc"][:2]) in SECRETS:
+        return f"{key}: {message} (the value of a secret is not shown)"
     return f"{key} = {error['input']!r}: {message}"

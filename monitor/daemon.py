@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 
 from kafka.errors import KafkaError
+from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
@@ -56,6 +57,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LEDGER_FILE", "Daemon", "StartError"]
 
+STALLED = 120.0
+"""``/livez`` fails when the consumer loop has not turned for this long (seconds)..."""
+NO_PROGRESS = 300.0
+"""...or when some partition has lag and no record was processed for this long."""
+
 
 class Daemon:
     """The consumer side: the loop, the assignment, lag and health."""
@@ -79,6 +85,10 @@ class Daemon:
         self._started: float | None = time.monotonic()
         self._topics_have_partitions = False
         self._look_for_partitions = 0.0
+        self._judgments_warned = False
+        self.turned = self.progressed = time.monotonic()
+        """When the consumer loop last turned; when records were last processed (or none
+        waited): ``/livez``."""
 
     @property
     def exported(self) -> Export:
@@ -103,12 +113,16 @@ class Daemon:
     def _consume(self, worker: Worker) -> int:
         registry = CollectorRegistry()
         registry.register(ExportCollector(lambda: self.exported, self._daemon_metrics))
-        server = MetricsServer.from_config(self.config.http, registry, self._not_ready).start()
+        ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
+        server = MetricsServer.from_config(
+            self.config.http, registry, self._not_ready, self._not_alive
+        ).start()
         log.info("serving http://%s/metrics", self.config.http.listen)
         source: KafkaSource | None = None
         backoff = 1.0
         try:
             while not self.stop.is_set():
+                self.turned = time.monotonic()
                 if source is None:
                     try:
                         source = KafkaSource(self.config, self.fence)
@@ -189,7 +203,21 @@ class Daemon:
         )
         log.info("took over %s", _names(new))
         self.owned = owned  # /readyz: ready from here on
+        self._check_judgments_topic(source)
         return new
+
+    def _check_judgments_topic(self, source: KafkaSource) -> None:
+        """Say once if the judgments topic has several partitions: the offline state
+        belongs to one of them, and judged samples split over several are compared apart."""
+        topic = self.config.kafka.judgments_topic
+        count = source.partition_count(topic)
+        if count is not None and count > 1 and not self._judgments_warned:
+            self._judgments_warned = True
+            log.warning(
+                "the judgments topic %s has %d partitions: judged samples and qrels belong "
+                "to one partition's offline state each; create it with one partition "
+                "(searchmon broker does)", topic, count,
+            )
 
     def _rewind(self, source: KafkaSource, worker: Worker) -> set[Key]:
         """Partitions whose log ends below the offset the state reflects (the topic was
@@ -230,6 +258,7 @@ class Daemon:
             return
         answer = worker.expect(Processed)
         self.positions.update((k, v) for k, v in answer.offsets.items() if k in self.owned)
+        self.progressed = time.monotonic()
         batch, self._in_flight = self._in_flight, None
         if answer.letters:
             self.dead_lettered += source.dead_letter(batch, answer.letters)
@@ -262,6 +291,8 @@ class Daemon:
                 continue
             self.lag[key] = lag = max(0, highwater - self.positions.get(key, 0))
             complete = complete and lag == 0
+        if not any(self.lag.values()):
+            self.progressed = time.monotonic()  # nothing to read is no lack of progress
         if complete and self._started is not None:
             log.info("caught up: every partition read to its end, %.1f s after start",
                      time.monotonic() - self._started)
@@ -279,6 +310,18 @@ class Daemon:
             return "restoring the state of " + _names(set(restoring))
         if not self.owned and self._topics_have_partitions:
             return "owns no partition (the group gave them all to other members)"
+        return None
+
+    def _not_alive(self) -> str | None:
+        """The consumer loop is stuck: it has not turned for ``STALLED`` seconds, or some
+        partition has been behind for ``NO_PROGRESS`` seconds without a record processed."""
+        now = time.monotonic()
+        if now - self.turned > STALLED:
+            return f"the consumer loop has not turned for {now - self.turned:.0f} s"
+        behind = sum(self.lag.values())
+        if behind and now - self.progressed > NO_PROGRESS:
+            return (f"{behind} messages behind and none processed for "
+                    f"{now - self.progressed:.0f} s")
         return None
 
     def _daemon_metrics(self) -> Iterator[Metric]:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import TextIO
 
@@ -125,8 +126,25 @@ def _start_prometheus(
          "--rules.alert.resend-delay=2s", "--log.level=error"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    print(f"prometheus with the searchmon rules: http://{prometheus_listen}/alerts", file=out)
+    print(f"prometheus with the searchmon rules: {_alerts_page(prometheus_listen)}", file=out)
     return process
+
+
+def _alerts_page(listen: str) -> str:
+    """The alerts page that loads on the Prometheus installed: ``/alerts`` of its web UI, or
+    ``/classic/alerts`` where the package leaves the UI out (Debian's 2.x)."""
+    base = f"http://{listen}"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        for page in ("/alerts", "/classic/alerts"):
+            try:
+                with urllib.request.urlopen(base + page, timeout=2) as answer:
+                    if answer.status == 200 and b"<html" in answer.read(4096).lower():
+                        return base + page
+            except (OSError, ValueError):
+                continue
+        time.sleep(0.3)
+    return base + "/alerts"
 
 
 def _stream(broker: Broker, world: World, traffic: Traffic, accelerate: float,

@@ -1,27 +1,24 @@
 """Decoding of search-log events and judged samples (README: "Events").
 
-``decode`` turns the bytes of one message into a typed, read-only event or a ``Rejection``
-with a reason from a closed set; it never raises for bad input. Events are TypedDicts with
-``ReadOnly`` items (mypy rejects any mutation): pydantic validates into plain dicts about a
-third faster than into model instances, and this is the per-event hot path. Native events
-carry ``type``; OpenSearch UBI 1.3.0 query and event records are recognised by their fields
-and mapped onto the native events.
+Native events carry ``type``. Live events are decoded by msgspec into structs first (the
+per-event hot path); what it refuses is validated by the pydantic definitions (TypedDicts
+with ``ReadOnly`` items), which decide and name the problem, or say that the message has no
+``type`` (then ``monitor.ubi`` reads it as UBI). Nothing here raises for bad input: every
+message becomes an event or a ``Rejection`` with a reason from a closed set.
 """
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, NamedTuple, NotRequired, final
+from typing import Annotated, Literal, NamedTuple, NotRequired, final
 
 import msgspec
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     TypeAdapter,
     ValidationError,
@@ -42,6 +39,7 @@ class Reason(StrEnum):
     FUTURE_TIMESTAMP = "future_timestamp"
 
 
+@final
 @final
 class Rejection(NamedTuple):
     reason: Reason
@@ -99,6 +97,7 @@ class Query(TypedDict):
     client_id: NotRequired[ReadOnly[str | None]]
     application: NotRequired[ReadOnly[str | None]]
     page: NotRequired[ReadOnly[NonNegativeInt | None]]
+    results_known: NotRequired[ReadOnly[StrictBool]]
 
 
 class Click(TypedDict):
@@ -179,6 +178,8 @@ class QueryEvent(msgspec.Struct, tag_field="type", tag="query", frozen=True, gc=
     client_id: str | None = None
     application: str | None = None
     page: _Count | None = None
+    results_known: bool = True
+    """False: the result list was not logged (not a zero-result query; no impressions)."""
 
 
 class ClickEvent(msgspec.Struct, tag_field="type", tag="click", frozen=True, gc=False):
@@ -209,17 +210,30 @@ class ConversionEvent(msgspec.Struct, tag_field="type", tag="conversion", frozen
     value: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
 
 
-Live = QueryEvent | ClickEvent | DwellEvent | ConversionEvent
+class ImpressionEvent(msgspec.Struct, frozen=True, gc=False):
+    """A result shown (from UBI ``impression`` events; not a native type)."""
+
+    event_id: str
+    timestamp: _Stamp
+    session_id: str
+    query_id: str | None
+    doc_id: str | None
+    position: int
+    """1-based; 0: not given."""
+
+
+Native = QueryEvent | ClickEvent | DwellEvent | ConversionEvent
+Live = Native | ImpressionEvent
 """A live event as the pipeline reads it."""
 
-decode_live: Callable[[bytes], Live] = msgspec.json.Decoder(Live).decode
+decode_live: Callable[[bytes], Native] = msgspec.json.Decoder(Native).decode
 """The fast path: a live event, or ``msgspec.MsgspecError`` (then see ``decode``)."""
 FastPathError = msgspec.MsgspecError
 
 
-def as_live(event: LiveEvent) -> Live:
+def as_live(event: LiveEvent) -> Native:
     """A live event validated by the definitions above, as the struct the pipeline reads."""
-    live: Live = msgspec.convert(event, Live)
+    live: Native = msgspec.convert(event, Native)
     return live
 
 with warnings.catch_warnings():
@@ -230,48 +244,7 @@ with warnings.catch_warnings():
     )
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
 _VALIDATE_NATIVE = _NATIVE.validator.validate_json
-
-
-class _UbiQuery(_Record):
-    query_id: str
-    user_query: str
-    timestamp: Timestamp
-    client_id: str
-    query_response_hit_ids: list[str] | None = None
-    session_id: str | None = None
-    application: str | None = None
-
-
-class _UbiObject(_Record):
-    object_id: str | None = None
-
-
-class _UbiPosition(_Record):
-    ordinal: Annotated[int, Field(lt=2**31)] | None = None
-
-
-class _UbiAttributes(_Record):
-    object: _UbiObject | None = None
-    position: _UbiPosition | None = None
-    session_id: str | None = None
-
-
-class _UbiEvent(_Record):
-    action_name: str
-    timestamp: Timestamp
-    client_id: str | None = None
-    session_id: str | None = None
-    query_id: str | None = None
-    event_attributes: _UbiAttributes | None = None
-
-
-_UBI_QUERY = TypeAdapter(_UbiQuery)
-_UBI_EVENT = TypeAdapter(_UbiEvent)
 
 
 class IgnoredAction(NamedTuple):
@@ -280,29 +253,23 @@ class IgnoredAction(NamedTuple):
     action_name: str
 
 
-def decode(data: bytes, max_bytes: int) -> Event | Rejection | IgnoredAction:
-    """One message's bytes as an event, a rejection, or an ignored UBI action."""
-    if len(data) > max_bytes:
-        return too_large(data, max_bytes)
-    try:
-        return decode_native(data)
-    except ValidationError as error:
-        return decode_other(data, error)
-
-
 decode_native: Callable[[bytes], Event] = _VALIDATE_NATIVE
-"""The fast path: a native event, or ``ValidationError`` (then see ``decode_other``)."""
+"""A native event validated by pydantic, or ``ValidationError`` (then ``untyped``, or
+``rejection``)."""
 
 
 def too_large(data: bytes, max_bytes: int) -> Rejection:
     return Rejection(Reason.TOO_LARGE, f"{len(data)} bytes, limit {max_bytes}")
 
 
-def decode_other(data: bytes, error: ValidationError) -> Event | Rejection | IgnoredAction:
-    """What a message that is not a valid native event is: UBI, ignored, or rejected."""
-    first = error.errors(include_url=False, include_context=False)[0]
-    if first["type"] == "union_tag_not_found":
-        return _decode_ubi(data)
+def untyped(error: ValidationError) -> bool:
+    """Whether a message failed validation for want of ``type`` (then it may be UBI)."""
+    return bool(error.errors(include_url=False, include_context=False)[0]["type"]
+                == "union_tag_not_found")
+
+
+def rejection(error: ValidationError) -> Rejection:
+    """The rejection of a message that is not a valid native event."""
     return _rejection(error)
 
 
@@ -317,69 +284,3 @@ def _rejection(error: ValidationError) -> Rejection:
     if "union_tag_invalid" in kinds:
         return Rejection(Reason.UNKNOWN_TYPE, detail)
     return Rejection(Reason.SCHEMA, detail)
-
-
-def _decode_ubi(data: bytes) -> Event | Rejection | IgnoredAction:
-    try:
-        raw: Any = _UBI_FIELDS.validate_json(data)
-    except ValidationError as error:
-        return _rejection(error)
-    if "action_name" in raw:
-        try:
-            return _from_ubi_event(_UBI_EVENT.validate_python(raw), data)
-        except ValidationError as error:
-            return _rejection(error)
-    if "user_query" in raw or "query_response_hit_ids" in raw:
-        try:
-            return _from_ubi_query(_UBI_QUERY.validate_python(raw))
-        except ValidationError as error:
-            return _rejection(error)
-    return Rejection(Reason.UNKNOWN_TYPE, "neither 'type' nor a UBI query or event record")
-
-
-_UBI_FIELDS: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
-
-
-def _from_ubi_query(record: _UbiQuery) -> Query:
-    return {
-        "type": "query",
-        "event_id": f"ubi-query:{record.query_id}",
-        "timestamp": record.timestamp,
-        "session_id": record.session_id or f"ubi-client:{record.client_id}",
-        "query_id": record.query_id,
-        "query_text": record.user_query,
-        "result_ids": record.query_response_hit_ids or [],
-        "client_id": record.client_id,
-        "application": record.application,
-    }
-
-
-def _from_ubi_event(record: _UbiEvent, data: bytes) -> Event | Rejection | IgnoredAction:
-    attributes = record.event_attributes or _UbiAttributes()
-    session = record.session_id or attributes.session_id
-    if session is None:
-        if record.client_id is None:
-            return Rejection(Reason.SCHEMA, "UBI event without session_id or client_id")
-        session = f"ubi-client:{record.client_id}"
-    # UBI events carry no id of their own: identical bytes are the same event.
-    event_id = "ubi-event:" + hashlib.blake2b(data, digest_size=12).hexdigest()
-    doc = attributes.object.object_id if attributes.object else None
-    if record.action_name == "click":
-        position = attributes.position.ordinal if attributes.position else None
-        if record.query_id is None or doc is None or position is None or position < 1:
-            return Rejection(
-                Reason.SCHEMA,
-                "UBI click needs query_id, event_attributes.object.object_id and "
-                "event_attributes.position.ordinal >= 1",
-            )
-        return {
-            "type": "click", "event_id": event_id, "timestamp": record.timestamp,
-            "session_id": session, "query_id": record.query_id, "doc_id": doc,
-            "position": position,
-        }
-    if record.action_name in ("purchase", "add_to_cart"):
-        return {
-            "type": "conversion", "event_id": event_id, "timestamp": record.timestamp,
-            "session_id": session, "query_id": record.query_id, "doc_id": doc,
-        }
-    return IgnoredAction(record.action_name)

@@ -1,7 +1,9 @@
-"""The HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz`` (alive) and ``/readyz``.
+"""The HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and ``/readyz``.
 
 ``/readyz`` answers 200 when the caller's readiness check passes (the daemon: connected to
-the broker and caught up with its checkpoint) and 503 with the reason otherwise.
+the broker and caught up with its checkpoint) and 503 with the reason otherwise; ``/livez``
+the same with the liveness check (the daemon: its consumer loop turns, and makes progress
+while behind); ``/healthz`` 200 while the process serves HTTP at all.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from monitor.config import HttpConfig
 log = logging.getLogger(__name__)
 
 Readiness = Callable[[], str | None]
-"""None when ready, else the reason why not."""
+"""None when ready (or alive), else the reason why not."""
 
 
 class MetricsServer:
@@ -31,8 +33,9 @@ class MetricsServer:
     def __init__(
         self, address: tuple[str, int], registry: CollectorRegistry,
         ready: Readiness = lambda: None, tls: ssl.SSLContext | None = None,
+        alive: Readiness = lambda: None,
     ) -> None:
-        handler = _handler(registry, ready)
+        handler = _handler(registry, ready, alive)
         self._server = _Server(address, handler)
         self._server.tls = tls
         self._thread = threading.Thread(
@@ -41,13 +44,14 @@ class MetricsServer:
 
     @classmethod
     def from_config(
-        cls, http: HttpConfig, registry: CollectorRegistry, ready: Readiness = lambda: None
+        cls, http: HttpConfig, registry: CollectorRegistry, ready: Readiness = lambda: None,
+        alive: Readiness = lambda: None,
     ) -> MetricsServer:
         """The server of ``[http]``: HTTPS (and mutual TLS) when its TLS files are set."""
         tls = None
         if http.tls_certfile is not None and http.tls_keyfile is not None:
             tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
-        return cls(http.address, registry, ready, tls)
+        return cls(http.address, registry, ready, tls, alive)
 
     @property
     def port(self) -> int:
@@ -92,7 +96,9 @@ def tls_context(
     return context
 
 
-def _handler(registry: CollectorRegistry, ready: Readiness) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    registry: CollectorRegistry, ready: Readiness, alive: Readiness
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -108,13 +114,17 @@ def _handler(registry: CollectorRegistry, ready: Readiness) -> type[BaseHTTPRequ
             elif path == "/healthz":
                 self._reply(200, b"ok\n")
             elif path == "/readyz":
-                reason = ready()
-                if reason is None:
-                    self._reply(200, b"ready\n")
-                else:
-                    self._reply(503, f"not ready: {reason}\n".encode())
+                self._probe(ready(), "ready")
+            elif path == "/livez":
+                self._probe(alive(), "alive")
             else:
-                self._reply(404, b"not found: try /metrics, /healthz or /readyz\n")
+                self._reply(404, b"not found: try /metrics, /healthz, /livez or /readyz\n")
+
+        def _probe(self, reason: str | None, word: str) -> None:
+            if reason is None:
+                self._reply(200, f"{word}\n".encode())
+            else:
+                self._reply(503, f"not {word}: {reason}\n".encode())
 
         def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
             self.send_response(status)

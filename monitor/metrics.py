@@ -7,7 +7,9 @@ rules. Every ``query_class`` series exists from start-up, at 0.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from importlib import metadata
 from typing import NamedTuple
 
 from prometheus_client.metrics_core import (
@@ -261,9 +263,26 @@ def _health(figures: Export) -> Iterator[Metric]:
             "Event time up to which sessions are closed (newest event time - allowed lateness).",
             value=figures.watermark,
         )
-    info = InfoMetricFamily("searchmon_build", "Version of the running searchmon.")
-    info.add_metric([], {"version": __version__})
+    info = InfoMetricFamily(
+        "searchmon_build", "Versions of the running searchmon, its Python and kafka-python."
+    )
+    info.add_metric([], BUILD)
     yield info
+
+
+def _version_of(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+BUILD = {
+    "version": __version__,
+    "python": platform.python_version(),
+    "kafka_python": _version_of("kafka-python"),
+}
+"""The labels of ``searchmon_build_info``."""
 
 
 def consumer_metrics(

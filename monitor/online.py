@@ -30,7 +30,11 @@ CLICKED = 1
 SUCCESSFUL = 2
 QUERY_CLICKED = 4
 CLICK_AFTER = 8  # some click in the session arrived after this query
-QUERY_BITS = QUERY_CLICKED | CLICK_AFTER
+RESULTS_UNKNOWN = 16  # its result list was not logged: impression events count them
+QUERY_BITS = QUERY_CLICKED | CLICK_AFTER | RESULTS_UNKNOWN
+SESSION_OF_QUERY = "\x01"
+"""Prefix of a session id that is resolved through the event's query id when the event is
+applied: the session of that query if one is open, else the rest of the id (UBI events)."""
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)
@@ -175,12 +179,13 @@ class Session:
 
 
 # Kinds of accepted events, in the order the events of one instant are applied.
-QUERY, CLICK, DWELL, CONVERSION = 0, 1, 2, 3
+QUERY, IMPRESSION, CLICK, DWELL, CONVERSION = 0, 1, 2, 3, 4
 
 Accepted = tuple[float, int, str, str, str | None, int, float | None]
 """An accepted event as the sessionizer keeps it until it applies it: ``(time, kind,
-event_id, session_id, query_id, a, b)``; ``a``: the class index of a query, the position of
-a click, else 0; ``b``: the dwell in milliseconds of a click or dwell event, else None.
+event_id, session_id, query_id, a, b)``; ``a``: the class index of a query, the 1-based
+position of a click or impression (0: not given), else 0; ``b``: the dwell in milliseconds
+of a click or dwell event, 0.0 for a query whose results were not logged, else None.
 Events sort by time, then kind, then id: the order they are applied in, whatever their order
 of arrival (ids are unique: duplicates are rejected before)."""
 
@@ -251,7 +256,9 @@ def _slots_ok(flat: list[Any], limit: int, second_is_class: int | None) -> bool:
         if second_is_class is not None:
             if not isinstance(second, int) or not 0 <= second < second_is_class:
                 return False
-        elif flat[i] not in (CLICK, CONVERSION) or not isinstance(second, str | None):
+        elif flat[i] not in (IMPRESSION, CLICK, CONVERSION) or not isinstance(
+            second, str | None
+        ):
             return False
     return True
 
@@ -301,6 +308,12 @@ class Sessions:
     unmatched_clicks: int = 0
     horizon: float = float("inf")
     """Events later than this are rejected (``future_timestamp``); set by the source."""
+    behind: int = 0
+    """Events that arrived behind the watermark since this process started (not state)."""
+    query_sessions: dict[str, str] | None = None
+    """The open session of each query id the open sessions remember: built when the first
+    event to resolve through its query id (``SESSION_OF_QUERY``) comes, kept from then on
+    (a cache: rebuilt from the sessions after a restore)."""
 
     def snapshot(self) -> SessionsState:
         """The open sessions as columns (encoded several times faster than as objects), the
@@ -378,6 +391,7 @@ class Sessions:
         self.next_settle = or_minus_infinity(state.next_settle)
         self.unmatched_clicks = state.unmatched_clicks
         self.due = {}
+        self.query_sessions = None
         for session_id, session in self.open.items():
             self._schedule(session_id, session.last + self._timeout)
 
@@ -441,8 +455,11 @@ class Sessions:
         """An event behind the watermark: applied to the session it belongs to in event time
         if that is open (or, when none of its id is, opens one if it would not be over by
         now); ``too_late`` if it belongs to a session that has closed."""
+        self.behind += 1
         self._advance()  # what the watermark has passed is applied first
         time, session_id, timeout = event[0], event[3], self._timeout
+        if session_id.startswith(SESSION_OF_QUERY):
+            session_id = self._resolve(session_id, event[4])
         session = self.open.get(session_id)
         if session is not None and session.last + timeout < watermark:  # due
             del self.open[session_id]
@@ -465,7 +482,7 @@ class Sessions:
         elif time > session.last:
             session.last = time
         self.seen.add(event[2])
-        self._apply(session, event)
+        self._apply(session, event, session_id)
         return None
 
     def _advance(self) -> None:
@@ -495,6 +512,8 @@ class Sessions:
         sessions, timeout, apply = self.open, self._timeout, self._apply
         for event in ready:
             time, session_id = event[0], event[3]
+            if session_id.startswith(SESSION_OF_QUERY):
+                session_id = self._resolve(session_id, event[4])
             session = sessions.get(session_id)
             if session is not None:
                 if time > session.last + timeout:  # an inactivity gap: a new session
@@ -506,7 +525,18 @@ class Sessions:
             if session is None:
                 session = sessions[session_id] = Session(time)
                 self._schedule(session_id, time + timeout)
-            apply(session, event)
+            apply(session, event, session_id)
+
+    def _resolve(self, marked: str, query_id: str | None) -> str:
+        """The session of a ``SESSION_OF_QUERY`` event: its query's, if open, else its own."""
+        index = self.query_sessions
+        if index is None:
+            index = self.query_sessions = {}
+            for session_id, session in self.open.items():
+                for known in _query_ids(session):
+                    index[known] = session_id
+        found = index.get(query_id) if query_id is not None else None
+        return found if found is not None and found in self.open else marked[1:]
 
     def _schedule(self, session_id: str, end: float) -> None:
         bucket = int(end // self.bucket_seconds)
@@ -558,6 +588,11 @@ class Sessions:
 
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
+        index = self.query_sessions
+        if index is not None:
+            for known in _query_ids(session):
+                if index.get(known) == session_id:
+                    del index[known]
         orphans = session.orphans
         if orphans:  # their query never came: counted under the session's class
             for i in range(0, len(orphans), 4):
@@ -583,17 +618,20 @@ class Sessions:
 
     # --- events applied to their session, in event time order ------------------------------
 
-    def _apply(self, session: Session, event: Accepted) -> None:
+    def _apply(self, session: Session, event: Accepted, session_id: str) -> None:
         time, kind, _, _, query_id, a, b = event
         if kind == QUERY:
             assert query_id is not None, "a query has an id"
-            self._query(session, a, query_id, time)
+            self._query(session, a, query_id, time, b is not None, session_id)
         elif kind == CLICK:
             session.flags |= CLICKED | CLICK_AFTER
             if b is not None and b >= self._success_dwell_ms:
                 session.flags |= SUCCESSFUL
-            if not self._credit_click(session, query_id, time, a):
+            if query_id is None or not self._credit_click(session, query_id, time, a):
                 self._orphan(session, CLICK, query_id, time, a)
+        elif kind == IMPRESSION:
+            if not self._credit_impression(session, query_id):
+                self._orphan(session, IMPRESSION, query_id, time, a)
         elif kind == DWELL:
             if b is not None and b >= self._success_dwell_ms:
                 session.flags |= SUCCESSFUL
@@ -605,7 +643,10 @@ class Sessions:
             else:
                 self.counters.conversions[klass] += 1
 
-    def _query(self, session: Session, klass: int, query_id: str, time: float) -> None:
+    def _query(
+        self, session: Session, klass: int, query_id: str, time: float, unknown: bool,
+        session_id: str,
+    ) -> None:
         if session.queries == 0:
             session.klass = klass
         else:
@@ -621,12 +662,22 @@ class Sessions:
             older += (session.query_id, session.query_class, session.query_time,
                       session.flags & QUERY_BITS)
             if len(older) >= self._older_slots:
+                forgotten = older[0]
                 del older[:4]
+                index = self.query_sessions
+                if index is not None and index.get(forgotten) == session_id and (
+                    forgotten not in _query_ids(session) and forgotten != query_id
+                ):
+                    del index[forgotten]
         session.queries += 1
         session.query_id = query_id
         session.query_class = klass
         session.query_time = time
         session.flags &= ~QUERY_BITS
+        if unknown:
+            session.flags |= RESULTS_UNKNOWN
+        if self.query_sessions is not None:
+            self.query_sessions[query_id] = session_id
         if session.orphans:
             self._adopt(session, query_id)
 
@@ -639,6 +690,23 @@ class Sessions:
             return session.query_class
         found = _find(session.older, query_id)
         return session.older[found + 1] if found >= 0 and session.older else None
+
+    def _credit_impression(self, session: Session, query_id: str | None) -> bool:
+        """Count a shown result under its query when the query's results were not logged
+        (else its list counted them); False when the session does not know the query."""
+        if query_id is None:
+            return False
+        if session.query_id == query_id:
+            klass, flags = session.query_class, session.flags
+        else:
+            older = session.older
+            found = _find(older, query_id)
+            if found < 0 or older is None:
+                return False
+            klass, flags = older[found + 1], older[found + 3]
+        if flags & RESULTS_UNKNOWN:
+            self.counters.result_impressions[klass] += 1
+        return True
 
     def _credit_click(
         self, session: Session, query_id: str | None, time: float, position: int
@@ -665,17 +733,19 @@ class Sessions:
         counters = self.counters
         if first:
             counters.clicked_queries[klass] += 1
-            rr = counters.first_click_reciprocal_rank
-            rr.counts[klass][bisect_left(rr.bounds, 1.0 / position)] += 1
-            rr.sums[klass] += 1.0 / position
+            if position:  # 0: a click without a rank (UBI: screen coordinates only)
+                rr = counters.first_click_reciprocal_rank
+                rr.counts[klass][bisect_left(rr.bounds, 1.0 / position)] += 1
+                rr.sums[klass] += 1.0 / position
             if delay >= 0:
                 ttfc = counters.time_to_first_click
                 ttfc.counts[klass][bisect_left(ttfc.bounds, delay)] += 1
                 ttfc.sums[klass] += delay
         counters.clicks[klass] += 1
-        positions = counters.click_position
-        positions.counts[klass][bisect_left(positions.bounds, position)] += 1
-        positions.sums[klass] += position
+        if position:
+            positions = counters.click_position
+            positions.counts[klass][bisect_left(positions.bounds, position)] += 1
+            positions.sums[klass] += position
 
     def _orphan(
         self, session: Session, kind: int, query_id: str | None, time: float, position: int
@@ -703,6 +773,8 @@ class Sessions:
                 rest += (kind, waited_for, time, position)
             elif kind == CLICK:
                 self._credit_click(session, query_id, time, position)
+            elif kind == IMPRESSION:
+                self._credit_impression(session, query_id)
             else:
                 self.counters.conversions[session.query_class] += 1
         session.orphans = rest or None
@@ -711,8 +783,17 @@ class Sessions:
         if kind == CLICK:
             self.unmatched_clicks += 1
             self._count_click(session.klass, position, False, -1.0)
+        elif kind == IMPRESSION:  # shown, for a query never seen: counted as shown
+            self.counters.result_impressions[session.klass] += 1
         else:
             self.counters.conversions[session.klass] += 1
+
+
+def _query_ids(session: Session) -> list[str]:
+    """The ids of the queries a session remembers."""
+    older = session.older or []
+    ids = [older[i] for i in range(0, len(older), 4)]
+    return [*ids, session.query_id] if session.query_id is not None else ids
 
 
 def _find(older: list[Any] | None, query_id: str | None) -> int:

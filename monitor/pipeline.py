@@ -22,6 +22,7 @@ from monitor.events import (
     Event,
     FastPathError,
     IgnoredAction,
+    ImpressionEvent,
     Judgment,
     Live,
     Qrels,
@@ -31,15 +32,17 @@ from monitor.events import (
     as_live,
     decode_live,
     decode_native,
-    decode_other,
     epoch_seconds,
+    rejection,
     too_large,
+    untyped,
 )
 from monitor.judged import Judged, JudgedState
 from monitor.online import (
     CLICK,
     CONVERSION,
     DWELL,
+    IMPRESSION,
     QUERY,
     Accepted,
     CountersState,
@@ -48,6 +51,7 @@ from monitor.online import (
     SessionsState,
 )
 from monitor.snapshots import Int, require
+from monitor.ubi import UbiReader
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +111,7 @@ class JudgedMessage:
 
 
 Forwarded = LiveQuery | JudgedMessage
-LIVE = (QueryEvent, ClickEvent, DwellEvent, ConversionEvent)
+LIVE = (QueryEvent, ClickEvent, DwellEvent, ConversionEvent, ImpressionEvent)
 Read = tuple[Accepted, Live] | JudgedMessage
 """A message ``Pipeline.read`` decoded and validated, for ``Pipeline.admit``."""
 
@@ -146,6 +150,7 @@ class Pipeline:
         self._max_bytes = config.input.max_event_bytes
         self._class_index = self.classes.index
         self.judged = Judged(config.offline)
+        self._ubi = UbiReader(config.ubi)
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
         messages and live queries then wait in ``forwarded`` for ``forward_to``."""
@@ -161,16 +166,17 @@ class Pipeline:
             return read
         return self.admit(read)
 
-    def read(self, data: bytes) -> Read | Rejection | None:
+    def read(self, data: bytes, hint: str | None = None) -> Read | Rejection | None:
         """One message decoded and validated: what to ``admit``, or its rejection, or None
-        for an ignored action (both counted here)."""
+        for an ignored action (both counted here). ``hint``: the index a ``_bulk`` export
+        says the document comes from."""
         event: Live | JudgedMessage | Rejection | None
         try:
             if len(data) > self._max_bytes:
                 raise FastPathError
             event = decode_live(data)
         except FastPathError:
-            event = self._read_other(data)
+            event = self._read_other(data, hint)
             if not isinstance(event, LIVE):
                 return event
         stamp = event.timestamp
@@ -190,12 +196,18 @@ class Pipeline:
             if klass is None:  # NEW (a class joining the set) only once the query is accepted
                 klass = self.classes.classify(declared, event.query_text, add=False)
             return (
-                time, QUERY, event.event_id, event.session_id, event.query_id, klass, None,
+                time, QUERY, event.event_id, event.session_id, event.query_id, klass,
+                None if event.results_known else 0.0,
             ), event
         if type(event) is ClickEvent:
             return (
                 time, CLICK, event.event_id, event.session_id, event.query_id, event.position,
                 event.dwell_ms,
+            ), event
+        if type(event) is ImpressionEvent:
+            return (
+                time, IMPRESSION, event.event_id, event.session_id, event.query_id,
+                event.position, None,
             ), event
         if type(event) is DwellEvent:
             return (
@@ -206,23 +218,27 @@ class Pipeline:
             time, CONVERSION, event.event_id, event.session_id, event.query_id, 0, None,
         ), event
 
-    def _read_other(self, data: bytes) -> Live | JudgedMessage | Rejection | None:
+    def _read_other(
+        self, data: bytes, hint: str | None = None
+    ) -> Live | JudgedMessage | Rejection | None:
         """A message the fast path refused: too large, not JSON, invalid, judged, UBI."""
         health = self.health
-        decoded: Event | Rejection | IgnoredAction
+        decoded: Event | Live | Rejection | IgnoredAction
         if len(data) > self._max_bytes:
             decoded = too_large(data, self._max_bytes)
         else:
             try:
                 decoded = decode_native(data)
             except ValidationError as error:
-                decoded = decode_other(data, error)
-        if not isinstance(decoded, dict):
-            if isinstance(decoded, Rejection):
-                health.rejected[decoded.reason] += 1
-                return decoded
+                decoded = self._ubi.decode(data, hint) if untyped(error) else rejection(error)
+        if type(decoded) is Rejection:
+            health.rejected[decoded.reason] += 1
+            return decoded
+        if type(decoded) is IgnoredAction:
             health.ignored_actions += 1
             return None
+        if not isinstance(decoded, dict):
+            return decoded  # type: ignore[return-value]
         if decoded["type"] == "judgment" or decoded["type"] == "qrels":
             return self._judged(decoded)
         return as_live(decoded)
@@ -260,7 +276,7 @@ class Pipeline:
             results = len(event.result_ids)
             counters.result_impressions[klass] += results
             count = event.result_count
-            if (count == 0) if count is not None else results == 0:
+            if (count == 0) if count is not None else (results == 0 and event.results_known):
                 counters.zero_result_queries[klass] += 1
             if event.latency_ms is not None:
                 sessions.count_latency(klass, event.latency_ms / 1000.0)
@@ -399,21 +415,33 @@ class Pipeline:
 
 
 class RejectionLog:
-    """Logs each rejected message once with its position, up to a limit per reason."""
+    """Logs each rejected message once with its position, up to a limit per reason; with
+    ``deferred``, keeps what it would log until ``flush_into`` (a replay that may start
+    again from the beginning logs only once)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, deferred: bool = False) -> None:
         self.limit = limit
         self.logged: dict[Reason, int] = dict.fromkeys(Reason, 0)
+        self.kept: list[tuple[Rejection, str]] | None = [] if deferred else None
 
     def record(self, rejection: Rejection, position: str) -> None:
         count = self.logged[rejection.reason]
         if count < self.limit:
-            log.warning("rejected %s (%s): %s", position, rejection.reason, rejection.detail)
-            if count + 1 == self.limit:
-                log.warning(
-                    "further %s rejections are counted, not logged", rejection.reason.value
-                )
+            if self.kept is not None:
+                self.kept.append((rejection, position))
+            else:
+                log.warning("rejected %s (%s): %s", position, rejection.reason,
+                            rejection.detail)
+                if count + 1 == self.limit:
+                    log.warning(
+                        "further %s rejections are counted, not logged", rejection.reason.value
+                    )
         self.logged[rejection.reason] = count + 1
+
+    def flush_into(self, other: RejectionLog) -> None:
+        for refused, position in self.kept or []:
+            other.record(refused, position)
+        self.kept = []
 
 
 def _utc(seconds: float) -> str:

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import gc
 import gzip
+import heapq
 import json
+import logging
+import struct
+import tempfile
 from collections import deque
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+import msgspec
+
 from monitor.classes import ALL
+from monitor.config import Config
 from monitor.events import Rejection
 from monitor.judged import OVERALL
 from monitor.online import OnlineCounters
 from monitor.pipeline import JudgedMessage, Pipeline, Read, RejectionLog
 
 GZIP_MAGIC = b"\x1f\x8b"
+logger = logging.getLogger(__name__)
 
 
 def tune_for_throughput() -> None:
@@ -45,43 +55,236 @@ BATCH = 64
 """Messages admitted together, under one estimate of the event time around them."""
 
 
+BULK_ACTIONS = tuple(
+    ("{" + space + '"' + action + '"').encode()
+    for action in ("index", "create", "update", "delete") for space in ("", " ")
+)
+"""How the action lines of an OpenSearch ``_bulk`` export begin."""
+RUN_LINES = 200_000
+"""Lines sorted in memory at a time when an input must be sorted by event time; longer
+inputs are sorted in runs of this many lines, kept in temporary files, then merged."""
+
+Line = tuple[str, int, bytes, str | None]
+"""A line to replay: its file, its number there, its bytes, and the ``_bulk`` index it was
+exported from (None outside ``_bulk`` exports)."""
+
+
+class OutOfOrder(Exception):
+    """An input's events are further apart from event time order than the allowed lateness."""
+
+
 def replay(pipeline: Pipeline, path: Path, log: RejectionLog) -> None:
-    """Feed every line of ``path`` to the pipeline, logging rejections with file:line.
+    """Feed every line of ``path`` to the pipeline in file order (see ``feed``)."""
+    feed(pipeline, lines(path), log)
+
+
+def replay_files(
+    config: Config, events: list[Path], judgments: list[Path], log: RejectionLog
+) -> Pipeline:
+    """The pipeline over the event files, in event time order whatever the files' order,
+    then the judgment files; every session closed, every sample completed.
+
+    The event files are streamed as they are when they are in order within the allowed
+    lateness (then that gives the same result as sorting them). At the first event further
+    behind than that (an export ordered by index, queries first, say), the replay starts
+    again on all the event files sorted by event time, in bounded memory (runs of
+    ``RUN_LINES`` lines in temporary files, merged), and says so in the log.
+    """
+    pipeline = Pipeline(config)
+    attempt = RejectionLog(log.limit, deferred=True)
+    try:
+        for path in events:
+            feed(pipeline, lines(path), attempt, in_order=True)
+    except OutOfOrder as where:
+        logger.info("%s: not in event time order; replaying the events sorted by event time",
+                    where)
+        pipeline = Pipeline(config)
+        feed(pipeline, sorted_lines(events), log)
+    else:
+        attempt.flush_into(log)
+    if judgments:
+        pipeline.offline_tick(pipeline.sessions.newest, False)
+    for number, path in enumerate(judgments, 1):
+        feed(pipeline, lines(path), log)
+        # the same rule as the daemon's after each batch: with the last file read, no
+        # judgment waits any more
+        pipeline.offline_tick(pipeline.sessions.newest, number == len(judgments))
+    if not judgments:
+        pipeline.offline_tick(pipeline.sessions.newest, True)
+    pipeline.close()
+    return pipeline
+
+
+def lines(path: Path) -> Iterator[Line]:
+    """The lines of a file as they are, ``_bulk`` action lines turned into the hint of the
+    document line after them (a ``delete`` action has none)."""
+    source = str(path)
+    hint: str | None = None
+    expect_document = False
+    with open_events(path) as stream:
+        for number, line in enumerate(stream, 1):
+            if line.startswith(BULK_ACTIONS) and not expect_document:
+                action = _bulk_action(line)
+                if action is not None:
+                    kind, hint = action
+                    expect_document = kind != "delete"
+                    continue
+            if expect_document and hint is not None and line.startswith(b'{"doc"'):
+                line = _unwrap_update(line)
+            yield source, number, line, hint
+            expect_document = False
+
+
+def _bulk_action(line: bytes) -> tuple[str, str | None] | None:
+    """(action, index) of a ``_bulk`` action line, or None when it is not one."""
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or len(parsed) != 1:
+        return None
+    (kind, meta), = parsed.items()
+    if not isinstance(meta, dict):
+        return None
+    index = meta.get("_index")
+    return kind, index if isinstance(index, str) else None
+
+
+def _unwrap_update(line: bytes) -> bytes:
+    """The partial document of a ``_bulk`` update line (``{"doc": {...}}``)."""
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return line
+    if isinstance(parsed, dict) and isinstance(parsed.get("doc"), dict):
+        return json.dumps(parsed["doc"]).encode()
+    return line
+
+
+def sorted_lines(paths: list[Path]) -> Iterator[Line]:
+    """Every line of ``paths`` in event time order (then in file order), in bounded memory.
+
+    A line's time is read cheaply (its ``timestamp`` only); a line without a readable time
+    sorts first (it is rejected when fed, with its position). Runs of ``RUN_LINES`` lines are
+    sorted in memory; longer inputs spill each run to a temporary file and merge them."""
+    sources = [str(path) for path in paths]
+    index = {source: number for number, source in enumerate(sources)}
+    with tempfile.TemporaryDirectory(prefix="searchmon-sort-") as scratch:
+        runs: list[Iterator[tuple[float, int, int, int, bytes, str | None]]] = []
+        run: list[tuple[float, int, int, int, bytes, str | None]] = []
+        sequence = 0
+        for path in paths:
+            for source, number, line, hint in lines(path):
+                sequence += 1
+                run.append((sort_time(line), sequence, index[source], number, line, hint))
+                if len(run) == RUN_LINES:
+                    run.sort()
+                    runs.append(_spill(run, Path(scratch) / f"run-{len(runs)}"))
+                    run = []
+        run.sort()
+        merged = heapq.merge(*runs, iter(run)) if runs else iter(run)
+        for _, _, file_number, number, line, hint in merged:
+            yield sources[file_number], number, line, hint
+
+
+def _spill(
+    run: list[tuple[float, int, int, int, bytes, str | None]], path: Path
+) -> Iterator[tuple[float, int, int, int, bytes, str | None]]:
+    """Write a sorted run to ``path``; return a reader of it (in the same order)."""
+    with path.open("wb") as out:
+        for time, sequence, file_number, number, line, hint in run:
+            hint_bytes = (hint or "").encode()
+            out.write(_RECORD.pack(time, sequence, file_number, number, len(line),
+                                   len(hint_bytes)))
+            out.write(line)
+            out.write(hint_bytes)
+    return _read_run(path)
+
+
+_RECORD = struct.Struct("<dqiqii")
+
+
+def _read_run(path: Path) -> Iterator[tuple[float, int, int, int, bytes, str | None]]:
+    with path.open("rb") as run:
+        while header := run.read(_RECORD.size):
+            time, sequence, file_number, number, length, hint_length = _RECORD.unpack(header)
+            line = run.read(length)
+            hint = run.read(hint_length).decode() or None
+            yield time, sequence, file_number, number, line, hint
+
+
+class _Stamped(msgspec.Struct):
+    timestamp: int | str | None = None
+
+
+_STAMP = msgspec.json.Decoder(_Stamped)
+
+
+def sort_time(line: bytes) -> float:
+    """The event time of a line for sorting (-inf when it has none it can be sorted by):
+    epoch milliseconds, or an ISO 8601 string (one without an offset read as UTC here)."""
+    try:
+        stamp = _STAMP.decode(line).timestamp
+    except msgspec.MsgspecError:
+        return float("-inf")
+    if isinstance(stamp, int):
+        return stamp / 1000.0
+    if stamp is None:
+        return float("-inf")
+    try:
+        parsed = datetime.fromisoformat(stamp)
+    except ValueError:
+        return float("-inf")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.timestamp()
+    except (OverflowError, ValueError):
+        return float("-inf")
+
+
+def feed(
+    pipeline: Pipeline, lines: Iterable[Line], log: RejectionLog, in_order: bool = False
+) -> None:
+    """Feed ``lines`` to the pipeline, logging rejections with file:line; with ``in_order``,
+    raise ``OutOfOrder`` at the first event further behind the newest one than the allowed
+    lateness.
 
     Lines are decoded when read and admitted ``AHEAD`` lines later, ``BATCH`` at a time, so
     that their times can be judged against the events after them: an event stamped more
     than ``[sessions] max_future`` after both the median time of the ``AHEAD`` messages read
     after its batch and the newest of the ``BEHIND`` events admitted before it is rejected
-    as ``future_timestamp`` (the last ``AHEAD`` of a file are admitted one at a time, each
-    against those after it). One clock, however wrong, cannot move that median; a log that
-    resumes after a long pause is judged by the events after the pause.
+    as ``future_timestamp`` (the last ``AHEAD`` are admitted one at a time, each against
+    those after it). One clock, however wrong, cannot move that median; a log that resumes
+    after a long pause is judged by the events after the pause.
     """
-    read, source = pipeline.read, str(path)
-    held: list[tuple[int, Read]] = []
+    read = pipeline.read
+    held: list[tuple[str, int, Read]] = []
     times: list[float] = []  # of the messages held
     behind: deque[float] = deque(maxlen=BEHIND)
-    number = 0
-    with open_events(path) as stream:
-        for line in stream:  # the line ending is JSON whitespace: no need to strip it
-            number += 1
-            result = read(line)
-            if result is None:
-                continue
-            if type(result) is Rejection:
-                log.record(result, f"{source}:{number}")
-                continue
-            held.append((number, result))
-            times.append(result.time if type(result) is JudgedMessage else result[0][0])
-            if len(held) == AHEAD + BATCH:
-                _admit(pipeline, held, times, BATCH, behind, log, source)
-        while held:
-            _admit(pipeline, held, times, 1, behind, log, source)
+    for source, number, line, hint in lines:  # a line ending is JSON whitespace: kept
+        result = read(line, hint)
+        if result is None:
+            continue
+        if type(result) is Rejection:
+            log.record(result, f"{source}:{number}")
+            continue
+        held.append((source, number, result))
+        times.append(result.time if type(result) is JudgedMessage else result[0][0])
+        if len(held) == AHEAD + BATCH:
+            _admit(pipeline, held, times, BATCH, behind, log)
+            if in_order and pipeline.sessions.behind:
+                raise OutOfOrder(f"{source}:{number}")
+    while held:
+        _admit(pipeline, held, times, 1, behind, log)
+    if in_order and pipeline.sessions.behind:
+        raise OutOfOrder(f"{source}:{number}")
     pipeline.sessions.horizon = float("inf")
 
 
 def _admit(
-    pipeline: Pipeline, held: list[tuple[int, Read]], times: list[float], count: int,
-    behind: deque[float], log: RejectionLog, source: str,
+    pipeline: Pipeline, held: list[tuple[str, int, Read]], times: list[float], count: int,
+    behind: deque[float], log: RejectionLog,
 ) -> None:
     """Admit the first ``count`` messages held, judged against those after them."""
     sessions, admit = pipeline.sessions, pipeline.admit
@@ -91,10 +294,10 @@ def _admit(
     sessions.horizon = horizon + pipeline.config.sessions.max_future if horizon > float(
         "-inf"
     ) else float("inf")  # a lone event: nothing to judge it by
-    for (position, item), time in zip(held[:count], times[:count], strict=True):
+    for (source, number, item), time in zip(held[:count], times[:count], strict=True):
         rejection = admit(item)
         if rejection is not None:
-            log.record(rejection, f"{source}:{position}")
+            log.record(rejection, f"{source}:{number}")
         elif item.__class__ is not JudgedMessage:
             behind.append(time)
     del held[:count], times[:count]

@@ -133,6 +133,11 @@ class KafkaSource:
             for topic in (kafka.events_topic, kafka.judgments_topic)
         )
 
+    def partition_count(self, topic: str) -> int | None:
+        """The number of partitions the metadata gives ``topic``; None when unknown."""
+        partitions = self.consumer.partitions_for_topic(topic)
+        return len(partitions) if partitions else None
+
     def connected(self) -> bool:
         return _connection_count(self.consumer) > 0
 

@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from kafka.errors import KafkaError
 
-from monitor import codec
+from monitor import codec, logs
 from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Key, Store, restore_unit
 from monitor.codec import UnitState
 from monitor.config import Config
@@ -327,8 +327,8 @@ def refusal(problem: str) -> str:
 
 
 def serve(
-    connection: Connection, parents_end: Connection, config_json: str, replica: str,
-    discard: bool,
+    connection: Connection, parents_end: Connection, config: Config, replica: str,
+    discard: bool, log_settings: tuple[logs.Level, logs.Format] = ("info", "text"),
 ) -> None:
     """The worker process: answers each request in order; ends with its parent."""
     parents_end.close()  # else a parent killed with -9 would leave this end waiting forever
@@ -337,12 +337,10 @@ def serve(
     # worker stops (after its final checkpoint), so the signals are not for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(*log_settings)
     tune_for_throughput()
     try:
-        states = PartitionStates(Config.model_validate_json(config_json), replica, discard)
+        states = PartitionStates(config, replica, discard)
     except StartError as error:
         connection.send(Refused(str(error)))
         return
@@ -388,7 +386,9 @@ class Worker:
         self.connection, theirs = context.Pipe()
         self.process = context.Process(
             target=serve, name="searchmon-state",
-            args=(theirs, self.connection, config.model_dump_json(), replica, discard),
+            # the Config itself: inherited by fork, pickled over a pipe by spawn; a JSON dump
+            # would mask the SASL password (SecretStr) that the changelog's clients need
+            args=(theirs, self.connection, config, replica, discard, logs.settings()),
         )
         self.process.start()
         theirs.close()

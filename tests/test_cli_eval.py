@@ -88,7 +88,9 @@ def test_skipped_queries_are_counted_on_stderr(tmp_path: Path) -> None:
         ("1 0 a 1\n1 0 b high\n", "1 Q0 a 1 1.0 t\n", "qrels:2: expected an integer relevance"),
         ("1 0 a 1\n1 0 a 0\n", "1 Q0 a 1 1.0 t\n", "qrels:2: document 'a' judged twice"),
         ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 b 2\n", "run:2: expected 6 columns"),
-        ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 b 2 nan t\n", "run:2: expected a finite number"),
+        ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 b 2 nan t\n", "run:2: expected a number as score"),
+        ("1 0 a 1\n1 0 b 99999999999999999999999\n", "1 Q0 a 1 1.0 t\n",
+         "qrels:2: relevance label '99999999999999999999999' is out of range"),
         ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 a 2 0.5 t\n", "run:2: document 'a' retrieved twice"),
     ],
 )
@@ -106,6 +108,104 @@ def test_malformed_input_names_file_and_line_and_exits_2(
 def test_bad_measure_and_missing_file_exit_2(tmp_path: Path) -> None:
     done = searchmon("eval", QRELS, RUN, "-m", "nDCG@x")
     assert done.returncode == 2 and "expected NAME[(param=value,...)][@k]" in done.stderr
+    done = searchmon("eval", QRELS, RUN, "-m", "AP(denom=min_R_k)@99999999999999999999")
+    assert done.returncode == 2 and "cutoff must be a positive integer (64-bit)" in done.stderr
+    done = searchmon("eval", QRELS, RUN, "-l", "99999999999999999999")
+    assert done.returncode == 2 and "-l: expected an integer (64-bit)" in done.stderr
     done = searchmon("eval", str(tmp_path / "absent"), RUN)
     assert done.returncode == 2 and "cannot read" in done.stderr
+    done = searchmon("eval", QRELS, str(tmp_path))  # a directory
+    assert done.returncode == 2 and "cannot read" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_trec_eval_names_print_as_trec_eval_prints_them() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "ndcg_cut.5,10", "-m", "map_cut.5,10",
+                     "-m", "P.5", "-m", "recall.10", "-m", "success.1,5")
+    assert done.returncode == 0, done.stderr
+    # names and values of trec_eval 10's own output, out.test.aq
+    assert summary_lines(done.stdout) == {
+        "ndcg_cut_5": 0.2768, "ndcg_cut_10": 0.3016, "map_cut_5": 0.0154,
+        "map_cut_10": 0.0259, "P_5": 0.2667, "recall_10": 0.0317, "success_1": 0.3333,
+        "success_5": 0.3333,
+    }
+
+
+def test_our_names_print_canonically_and_parse_back() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "nDCG(ideal=retrieved, gain=exp)@5", "--json")
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout)) == ["nDCG(gain=exp,ideal=retrieved)@5"]
+
+
+def eval_files(
+    tmp_path: Path, qrels: bytes, run: bytes, *args: str
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "qrels").write_bytes(qrels)
+    (tmp_path / "run").write_bytes(run)
+    return searchmon("eval", str(tmp_path / "qrels"), str(tmp_path / "run"), *args)
+
+
+@pytest.mark.parametrize(
+    ("qrels", "run", "message"),
+    [
+        (b"", b"1 Q0 a 1 1.0 t\n", "qrels: no judgments (the file is empty"),
+        (b"# judged later\n\n  \n", b"1 Q0 a 1 1.0 t\n", "qrels: no judgments"),
+        (b"1 0 a 1\n", b"", "run: no results (the file is empty"),
+        (b"1 0 a 1\n", b"# nothing retrieved\n", "run: no results"),
+        (b"", b"", "qrels: no judgments"),
+        # trec_eval: "No queries with both results and relevance info" (exit 7)
+        (b"1 0 a 1\n", b"2 Q0 a 1 1.0 t\n", "no query of"),
+    ],
+)
+def test_files_without_anything_to_evaluate_exit_2(
+    tmp_path: Path, qrels: bytes, run: bytes, message: str
+) -> None:
+    done = eval_files(tmp_path, qrels, run)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_run_sharing_no_query_with_complete_scores_zero_and_says_so(tmp_path: Path) -> None:
+    done = eval_files(tmp_path, b"1 0 a 1\n", b"2 Q0 a 1 1.0 t\n", "-c", "-m", "P@1")
+    assert done.returncode == 0, done.stderr
+    assert summary_lines(done.stdout) == {"P@1": 0.0}
+    assert "every query scores as an empty ranking" in done.stderr
+
+
+def test_huge_labels_and_scores_are_numbers_not_errors(tmp_path: Path) -> None:
+    qrels = b"1 0 a 5000\n1 0 b 1024\n1 0 c 0\n1 0 d 9223372036854775807\n"
+    # 1e400 overflows to infinity (trec_eval's atof does the same) and ranks first; the
+    # rank column is not read at all
+    run = b"1 Q0 c 1e999 -1e400 t\n1 Q0 b x 1e400 t\n1 Q0 a 3 1.0 t\n"
+    done = eval_files(tmp_path, qrels, run, "-m", "P@1", "-m", "nDCG(gain=exp)", "-q")
+    assert done.returncode == 0, done.stderr
+    assert summary_lines(done.stdout) == {"P@1": 1.0, "nDCG(gain=exp)": 0.0}
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_query_id(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    done = eval_files(tmp_path, bom + b"q1 0 a 1\nq2 0 b 1\n", bom + b"q1 Q0 a 1 1.0 t\n",
+                      "-m", "P@1", "-q")
+    assert done.returncode == 0, done.stderr
+    assert [line.split("\t")[1] for line in done.stdout.splitlines()] == ["q1", "all"]
+
+
+def test_a_query_named_all_keeps_its_values(tmp_path: Path) -> None:
+    qrels = b"all 0 a 1\nq2 0 b 1\n"
+    run = b"all Q0 a 1 1.0 t\nq2 Q0 c 1 1.0 t\n"
+    text = eval_files(tmp_path, qrels, run, "-m", "P@1", "-q")
+    assert text.returncode == 0, text.stderr
+    # trec_eval's format: the query's line, then the summary's
+    assert text.stdout.splitlines() == [
+        "P@1                   \tall\t1.0000",
+        "P@1                   \tq2\t0.0000",
+        "P@1                   \tall\t0.5000",
+    ]
+    assert "a query is named 'all'" in text.stderr
+    as_json = eval_files(tmp_path, qrels, run, "-m", "P@1", "-q", "--json")
+    assert json.loads(as_json.stdout) == {"P@1": {"all (query)": 1.0, "q2": 0.0, "all": 0.5}}
+    assert "listed as 'all (query)'" in as_json.stderr
+    quiet = eval_files(tmp_path, qrels, run, "-m", "P@1")
+    assert quiet.stderr == ""

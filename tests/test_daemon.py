@@ -72,7 +72,7 @@ def expected(partitions: list[list[bytes]]) -> list[Pipeline]:
 
 def start_daemon(
     tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = "",
-    fast_group: bool = True,
+    fast_group: bool = True, options: tuple[str, ...] = (),
 ) -> subprocess.Popen[str]:
     """``searchmon run`` with its configuration and state in ``tmp``; ``kafka`` and ``state``
     are more lines for those sections; ``fast_group``: the short group timings of the local
@@ -89,7 +89,7 @@ def start_daemon(
     )
     with (tmp / "daemon.log").open("a") as log:  # a file: a pipe nobody reads fills up
         return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config)],
+            [sys.executable, "-m", "monitor", "run", "--config", str(config), *options],
             stdout=subprocess.DEVNULL, stderr=log, text=True,
         )
 
@@ -705,3 +705,60 @@ def test_a_replica_without_partitions_is_not_ready(tmp_path: Path, broker: Broke
             time.sleep(0.2)
     finally:
         stop_all(daemons)
+
+
+def test_what_an_operator_reads_versions_process_liveness_and_json_logs(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """``searchmon_build_info`` names the Python and kafka-python versions, the process
+    collector's families are exported, ``/livez`` answers, ``--log-format json`` writes one
+    JSON object per line, and a judgments topic of several partitions is
+    warned about."""
+    broker.create_topics({"ops-events": 2, "ops-judgments": 2})
+    sent = broker.produce("ops-events", [
+        (b"s1", json.dumps({"type": "query", "event_id": f"e{i}", "timestamp": 1_790_000_000_000
+                            + i, "session_id": "s1", "query_id": f"q{i}", "query_text": "a",
+                            "result_ids": []}).encode())
+        for i in range(20)
+    ])
+    port = free_port()
+    daemon = start_daemon(
+        tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
+        kafka='events_topic = "ops-events"\njudgments_topic = "ops-judgments"\n',
+        options=("--log-format", "json"),
+    )
+    try:
+        values = wait_until_read(port, sent)
+        assert get(f"http://127.0.0.1:{port}/livez") == (200, "alive\n")
+        assert values["process_resident_memory_bytes"] > 0
+        assert values["process_start_time_seconds"] > 0
+        info = next(key for key in values if key.startswith("searchmon_build_info{"))
+        for label in ("version=", "python=", "kafka_python="):
+            assert label in info, info
+        deadline = time.monotonic() + 30
+        while "partitions: judged samples" not in log_of(tmp_path):
+            assert time.monotonic() < deadline, "the judgments topic's partitions are warned of"
+            time.sleep(0.2)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    records = [json.loads(line) for line in log_of(tmp_path).splitlines()]
+    assert {"time", "level", "logger", "message"} <= set(records[0])
+    assert any("ops-judgments has 2 partitions" in r["message"] for r in records)
+
+
+def test_livez_fails_when_the_loop_stalls_or_makes_no_progress_while_behind(
+    tmp_path: Path,
+) -> None:
+    from monitor.daemon import NO_PROGRESS, STALLED, Daemon
+
+    daemon = Daemon(Config.model_validate({"state": {"dir": str(tmp_path)}}))
+    assert daemon._not_alive() is None
+    daemon.lag[("search-events", 0)] = 0
+    daemon.progressed -= 10 * NO_PROGRESS
+    assert daemon._not_alive() is None, "nothing to read is no lack of progress"
+    daemon.lag[("search-events", 0)] = 5
+    assert "5 messages behind and none processed" in (daemon._not_alive() or "")
+    daemon.progressed = time.monotonic()
+    daemon.turned -= STALLED + 1
+    assert "has not turned" in (daemon._not_alive() or "")

@@ -8,16 +8,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.config import UbiConfig
 from monitor.events import (
+    ClickEvent,
+    ConversionEvent,
+    DwellEvent,
     FastPathError,
     IgnoredAction,
+    ImpressionEvent,
+    QueryEvent,
     Reason,
     Rejection,
     as_live,
-    decode,
     decode_live,
     epoch_seconds,
 )
+from monitor.online import SESSION_OF_QUERY
+from monitor.ubi import decode
 from tests.events import T0, click, query
 
 LIMIT = 1 << 20
@@ -73,42 +80,91 @@ def test_rejections(data: bytes, reason: Reason) -> None:
 def test_ubi_query_record_is_a_query_sessionized_by_client() -> None:
     record = {
         "application": "shop", "query_id": "u-1", "client_id": "c-9", "user_query": "red shoes",
-        "timestamp": "2026-11-22T10:00:00Z", "query_response_hit_ids": ["p1", "p2"],
+        "timestamp": "2026-11-22T10:00:00Z", "query_response_hit_ids": ["p1", 2],
         "query_attributes": {}, "object_id_field": "sku",
     }
     event = decode(json.dumps(record).encode(), LIMIT)
-    assert isinstance(event, dict) and event["type"] == "query"
-    assert event["session_id"] == "ubi-client:c-9" and event["query_text"] == "red shoes"
-    assert event["result_ids"] == ["p1", "p2"] and event["event_id"] == "ubi-query:u-1"
+    assert isinstance(event, QueryEvent)
+    assert event.session_id == "ubi-client:c-9" and event.query_text == "red shoes"
+    assert event.result_ids == ["p1", "2"] and event.event_id == "ubi-query:u-1"
+    assert event.results_known
 
 
 @pytest.mark.parametrize(
     ("action", "kind"),
-    [("click", "click"), ("purchase", "conversion"), ("add_to_cart", "conversion")],
+    [("click", ClickEvent), ("item_click", ClickEvent), ("purchase", ConversionEvent),
+     ("add_to_cart", ConversionEvent), ("impression", ImpressionEvent)],
 )
-def test_ubi_events(action: str, kind: str) -> None:
+def test_ubi_events(action: str, kind: type) -> None:
     record = {
         "application": "shop", "action_name": action, "query_id": "u-1", "client_id": "c-9",
         "session_id": "sess-4", "timestamp": int(T0 * 1000), "message_type": "INFO",
-        "event_attributes": {"object": {"object_id": "p2", "object_id_field": "sku"},
+        "event_attributes": {"object": {"object_id": 7, "object_id_field": "sku"},
                              "position": {"ordinal": 2}},
     }
     event = decode(json.dumps(record).encode(), LIMIT)
-    assert isinstance(event, dict) and event["type"] == kind
-    assert event["session_id"] == "sess-4" and event.get("query_id") == "u-1"
-    if kind == "click":
-        assert event["type"] == "click" and event["position"] == 2 and event["doc_id"] == "p2"
+    assert type(event) is kind
+    assert isinstance(event, ClickEvent | ConversionEvent | ImpressionEvent)
+    # resolved through its query id when applied; its own session otherwise
+    assert event.session_id == SESSION_OF_QUERY + "sess-4" and event.query_id == "u-1"
+    assert event.doc_id == "7"
+    if isinstance(event, ClickEvent | ImpressionEvent):
+        assert event.position == 3, "ordinal 2 of a 0-based list is the third result"
     # identical bytes are the same event; other bytes another one
     again = decode(json.dumps(record).encode(), LIMIT)
-    assert isinstance(again, dict) and again["event_id"] == event["event_id"]
+    assert isinstance(again, ClickEvent | ConversionEvent | ImpressionEvent)
+    assert again.event_id == event.event_id
 
 
-def test_other_ubi_actions_are_ignored_and_a_click_without_position_rejected() -> None:
+@pytest.mark.parametrize(
+    ("position", "rank"),
+    [({"ordinal": 0}, 1), ({"ordinal": {"index": 4}}, 5), ({"index": 1}, 2),
+     ({"xy": {"x": 10.5, "y": 3}}, 0), ({"x": 1, "y": 2, "page_depth": 2}, 0), (None, 0)],
+)
+def test_ubi_positions_of_every_form_the_schema_allows(
+    position: dict[str, object] | None, rank: int
+) -> None:
+    record = {"action_name": "click", "query_id": "u", "timestamp": "2018-11-13T20:20:39",
+              "event_attributes": {"position": position}}
+    event = decode(json.dumps(record).encode(), LIMIT)
+    assert isinstance(event, ClickEvent) and event.position == rank
+    assert event.timestamp == "2018-11-13T20:20:39+00:00", "no offset: UTC"
+    one_based = decode(json.dumps(record).encode(), LIMIT, UbiConfig(ordinal_base=1))
+    if position is not None and position.get("ordinal") == 0:
+        assert isinstance(one_based, Rejection) and "ordinal" in one_based.detail
+    else:
+        assert isinstance(one_based, ClickEvent)
+
+
+def test_ubi_records_the_schema_allows_and_those_it_does_not() -> None:
+    minimal_query = {"user_query": "shoes", "timestamp": 1_790_000_000_000}
+    event = decode(json.dumps(minimal_query).encode(), LIMIT)
+    assert isinstance(event, QueryEvent) and not event.results_known, "hit ids unknown"
+    empty = decode(json.dumps({**minimal_query, "query_response_hit_ids": []}).encode(), LIMIT)
+    assert isinstance(empty, QueryEvent) and empty.results_known and empty.result_ids == []
+    unknown = decode(json.dumps({**minimal_query, "query_response_hit_ids": []}).encode(), LIMIT,
+                     UbiConfig(empty_hit_ids="unknown"))
+    assert isinstance(unknown, QueryEvent) and not unknown.results_known
     hover = {"action_name": "hover", "client_id": "c", "timestamp": "2026-11-22T10:00:00Z"}
     assert decode(json.dumps(hover).encode(), LIMIT) == IgnoredAction("hover")
-    bad = {**hover, "action_name": "click", "query_id": "u"}
-    result = decode(json.dumps(bad).encode(), LIMIT)
-    assert isinstance(result, Rejection) and result.reason is Reason.SCHEMA
+    dwell = {**hover, "action_name": "page_exit", "query_id": "u",
+             "event_attributes": {"dwell_time": 46.5}}
+    event = decode(json.dumps(dwell).encode(), LIMIT)
+    assert isinstance(event, DwellEvent) and event.dwell_ms == 46500.0
+    for bad, field in [
+        ({"user_query": "x"}, "timestamp"),
+        ({"user_query": 5, "timestamp": 1}, "user_query"),
+        ({**hover, "action_name": "click", "query_id": ["u"]}, "query_id"),
+        ({**hover, "action_name": "click", "event_attributes": {"position": {"ordinal": -3}}},
+         "ordinal"),
+        ({"action_name": "click", "timestamp": 1}, "query_id, session_id or client_id"),
+    ]:
+        result = decode(json.dumps(bad).encode(), LIMIT)
+        assert isinstance(result, Rejection) and result.reason is Reason.SCHEMA, bad
+        assert field in result.detail, (bad, result)
+    naive = decode(json.dumps(minimal_query | {"timestamp": "2018-11-13T20:20:39"}).encode(),
+                   LIMIT, UbiConfig(naive_timezone="reject"))
+    assert isinstance(naive, Rejection) and "offset" in naive.detail
 
 
 ODD_VALUES = [

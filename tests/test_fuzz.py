@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.config import parse_config
-from monitor.events import Reason, decode
+from monitor.events import Reason
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import replay, report
+from monitor.ubi import decode
 from tests.events import click, conversion, query
 
 json_values = st.recursive(

@@ -199,6 +199,88 @@ def test_ndcg_ideal_from_all_judged_documents_by_default() -> None:
     assert values(lists, MeasureSpec("nDCG", ideal="retrieved")) == [1.0]
 
 
+LOG2_3 = math.log2(3)
+
+
+@pytest.mark.parametrize(
+    ("ranking", "labels", "expected"),
+    [
+        # DCG = (2^1024 - 1) + (2^5000 - 1) / log2 3, IDCG = (2^5000 - 1) + (2^1024 - 1) / log2 3:
+        # 2^1024 is 2^-3976 of 2^5000, so the ratio is 1 / log2 3 to double precision
+        (["b", "a"], {"a": 5000, "b": 1024, "c": 0}, 1 / LOG2_3),
+        # (2^1024 + 2^1025 / log2 3) / (2^1025 + 2^1024 / log2 3), the -1s being 2^-1024 of it
+        (["b", "a"], {"a": 1025, "b": 1024}, (LOG2_3 + 2) / (2 * LOG2_3 + 1)),
+        # a label-3 document above a label-1024 one: its gain 7 is 2^-1021 of the top's
+        (["b", "a"], {"a": 1024, "b": 3}, 1 / LOG2_3),
+        (["a", "b"], {"a": 1024, "b": 3}, 1.0),
+        # the largest label there is: 2^63 - 1
+        (["b", "a"], {"a": 2**63 - 1, "b": 2**63 - 2}, (LOG2_3 / 2 + 1) / (LOG2_3 + 0.5)),
+    ],
+)
+def test_exponential_gain_ndcg_of_huge_labels(
+    ranking: list[str], labels: dict[str, int], expected: float
+) -> None:
+    lists = lists_of((ranking, labels))
+    for ideal in ("judged", "retrieved"):
+        spec = MeasureSpec("nDCG", gain="exp", ideal=ideal)
+        assert values(lists, spec) == [pytest.approx(expected, rel=1e-12)], ideal
+
+
+def test_exponential_gain_scaling_leaves_ordinary_labels_exact() -> None:
+    # 2^label - 1 of labels below 1024 gives the same double after the scaling by 2^-max
+    lists = lists_of(labelled([3, 0, 2, 1, 0]), labelled([10, 200, 1023, 0]))
+    spec = MeasureSpec("nDCG", gain="exp")
+    dcg = [7 / 1 + 3 / math.log2(4) + 1 / math.log2(5),
+           (2**10 - 1) + (2**200 - 1) / LOG2_3 + (2**1023 - 1) / 2]
+    idcg = [7 + 3 / LOG2_3 + 1 / 2,
+            (2**1023 - 1) + (2**200 - 1) / LOG2_3 + (2**10 - 1) / 2]
+    assert values(lists, spec) == [dcg[0] / idcg[0], pytest.approx(dcg[1] / idcg[1], rel=1e-15)]
+
+
+# ir_measures 0.4.3, tests/test_judged.py: its Judged divides by min(k, retrieved)
+IR_MEASURES_JUDGED = lists_of(
+    (["D0", "D2", "D3", "D1", "D4"], {"D0": 0, "D1": 1, "D2": 1, "D3": 2, "D4": 0}),
+    (["D1", "D3", "D2", "D4"], {"D0": 1, "D3": 2, "D5": 2}),
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (MeasureSpec("Judged", cutoff=1), [1.0, 0.0]),
+        (MeasureSpec("Judged", cutoff=3), [1.0, 1 / 3]),
+        (MeasureSpec("Judged", cutoff=10), [0.5, 0.1]),
+        (MeasureSpec("Judged", cutoff=1, denom="retrieved"), [1.0, 0.0]),
+        (MeasureSpec("Judged", cutoff=3, denom="retrieved"), [1.0, 1 / 3]),
+        (MeasureSpec("Judged", cutoff=10, denom="retrieved"), [1.0, 1 / 4]),
+        (MeasureSpec("Judged", cutoff=1000, denom="retrieved", negative="judged"), [1.0, 1 / 4]),
+    ],
+)
+def test_judged_denominators_of_ir_measures_test(spec: MeasureSpec, expected: list[float]) -> None:
+    assert values(IR_MEASURES_JUDGED, spec) == [pytest.approx(v) for v in expected]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (MeasureSpec("Judged", cutoff=3), 1 / 3),  # -1 is unjudged, as for every measure
+        (MeasureSpec("Judged", cutoff=3, negative="judged"), 2 / 3),  # ir_measures: in qrels
+        (MeasureSpec("Judged", cutoff=10, denom="retrieved"), 1 / 3),
+        (MeasureSpec("Judged", cutoff=10, denom="retrieved", negative="judged"), 2 / 3),
+        (MeasureSpec("Judged", cutoff=10, negative="judged"), 0.2),
+    ],
+)
+def test_judged_label_minus_one(spec: MeasureSpec, expected: float) -> None:
+    lists = lists_of((["a", "u", "b"], {"a": -1, "b": 0, "z": 1}))
+    assert values(lists, spec) == [pytest.approx(expected)]
+
+
+def test_judged_of_an_empty_list_is_zero() -> None:
+    lists = lists_of(([], {"a": 1}))
+    for denom in ("k", "retrieved"):
+        assert values(lists, MeasureSpec("Judged", cutoff=5, denom=denom)) == [0.0]
+
+
 def test_gmap_is_the_geometric_mean_with_trec_eval_floor() -> None:
     lists = lists_of(labelled([1]), labelled([0, 1]), labelled([0]))
     expected = math.exp((math.log(1.0) + math.log(0.5) + math.log(1e-5)) / 3)
@@ -225,6 +307,7 @@ ALL_SPECS = [
     MeasureSpec("nDCG"), MeasureSpec("nDCG", cutoff=5, gain="exp"),
     MeasureSpec("nDCG", cutoff=5, ideal="retrieved"), MeasureSpec("Rprec"), MeasureSpec("bpref"),
     MeasureSpec("Success", cutoff=3), MeasureSpec("Judged", cutoff=5), MeasureSpec("GMAP"),
+    MeasureSpec("Judged", cutoff=5, denom="retrieved", negative="judged"),
 ]
 assert {s.name for s in ALL_SPECS} == set(MEASURES)
 
@@ -258,6 +341,19 @@ def test_a_perfect_ranking_scores_one(labels: list[int]) -> None:
                  MeasureSpec("RR"), MeasureSpec("Rprec"), MeasureSpec("bpref"),
                  MeasureSpec("nDCG", cutoff=3)):
         assert values(lists, spec) == [pytest.approx(1.0)], str(spec)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=15).filter(lambda ls: max(ls) > 0))
+def test_exponential_gain_ndcg_of_any_labels_lies_in_unit_interval_and_peaks_at_one(
+    labels: list[int],
+) -> None:
+    best = lists_of(labelled(sorted(labels, reverse=True)))
+    shuffled = lists_of(labelled(labels))
+    for spec in (MeasureSpec("nDCG", gain="exp"), MeasureSpec("nDCG", gain="exp", cutoff=3),
+                 MeasureSpec("nDCG", gain="exp", ideal="retrieved", cutoff=3)):
+        assert values(best, spec) == [pytest.approx(1.0)], str(spec)
+        assert 0.0 <= values(shuffled, spec)[0] <= 1.0 + 1e-12, str(spec)
 
 
 @settings(max_examples=200, deadline=None)

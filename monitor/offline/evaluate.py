@@ -16,62 +16,80 @@ import numpy as np
 from monitor.offline.measures import aggregate, score
 from monitor.offline.ranking import UNJUDGED, FloatArray, IntArray, RankedLists
 from monitor.offline.spec import MeasureSpec
-from monitor.offline.trec import Qrels, Run
+from monitor.offline.trec import Qrels, Run, byte_order, pair_keys
 
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
-    """Per-query values (NaN where skipped) and summaries of each measure."""
+    """Per-query values (NaN where skipped) and summaries of each measure.
+
+    ``shared_queries`` counts the queries found in both files (with -c, ``query_ids`` also
+    holds the queries of the qrels that the run lacks).
+    """
 
     query_ids: list[str]
     values: dict[MeasureSpec, FloatArray]
     summary: dict[MeasureSpec, float | None]
+    shared_queries: int
 
 
 def rank_run(qrels: Qrels, run: Run, *, complete: bool = False) -> tuple[list[str], RankedLists]:
     """The evaluated query ids (sorted) and their ranked, labelled lists."""
+    query_ids, _, lists = _rank(qrels, run, complete)
+    return query_ids, lists
+
+
+def evaluate(
+    qrels: Qrels, run: Run, specs: Sequence[MeasureSpec], *, complete: bool = False
+) -> Evaluation:
+    """Score every spec on every evaluated query and summarise each."""
+    query_ids, shared, lists = _rank(qrels, run, complete)
+    values = {spec: score(lists, spec) for spec in specs}
+    summary = {s: aggregate(s, v) for s, v in values.items()}
+    return Evaluation(query_ids, values, summary, shared)
+
+
+def _rank(qrels: Qrels, run: Run, complete: bool) -> tuple[list[str], int, RankedLists]:
     run_to_qrels = run.qids.codes_in(qrels.qids)
     in_run = np.zeros(len(qrels.qids.vocab), dtype=np.bool_)
     in_run[run_to_qrels[run_to_qrels >= 0]] = True
     evaluated = np.arange(len(in_run)) if complete else np.flatnonzero(in_run)
     # query index (into the evaluated, sorted ids) of each qrels and run row; -1: not evaluated
-    slot = np.full(len(qrels.qids.vocab), -1, dtype=np.int64)
+    slot = np.full(len(qrels.qids.vocab) + 1, -1, dtype=np.int64)
     slot[evaluated] = np.arange(len(evaluated))
     judged_query = slot[qrels.qids.codes]
-    run_slot = np.where(run_to_qrels >= 0, slot[np.maximum(run_to_qrels, 0)], -1)
-    query = run_slot[run.qids.codes]
+    query = slot[run_to_qrels][run.qids.codes]  # run_to_qrels -1 picks the last slot, -1
 
-    labels = _labels_of_run(qrels, run)
     order = _rank_order(query, run)
-    counts = np.bincount(query[order], minlength=len(evaluated))
+    ranked_query = query[order]
+    counts = np.bincount(ranked_query, minlength=len(evaluated))
+    judgment = _judgments(qrels, judged_query, run, order, ranked_query, len(evaluated))
+    # the judgment -1 (none) picks the label appended last
+    labels = np.append(np.maximum(qrels.labels, UNJUDGED), UNJUDGED)[judgment]
+    judged, judged_counts = _judged_labels(judged_query, qrels.labels, len(evaluated))
 
-    usable = np.flatnonzero((judged_query >= 0) & (qrels.labels >= 0))
-    judged_order = usable[np.lexsort((-qrels.labels[usable], judged_query[usable]))]
-    judged_counts = np.bincount(judged_query[judged_order], minlength=len(evaluated))
-
-    lists = RankedLists(
-        np.maximum(labels[order], UNJUDGED),
-        _offsets(counts),
-        qrels.labels[judged_order],
-        _offsets(judged_counts),
-    )
+    lists = RankedLists(labels, _offsets(counts), judged, _offsets(judged_counts), judgment >= 0)
     names = qrels.qids.vocab[evaluated]
-    return [q.decode("utf-8", "replace") for q in names.tolist()], lists
+    query_ids = [q.decode("utf-8", "replace") for q in names.tolist()]
+    return query_ids, int(in_run.sum()), lists
 
 
 def _rank_order(query: IntArray, run: Run) -> IntArray:
     """Rows of evaluated queries by query, score descending, document id descending.
 
-    Run files usually list each query's documents together and best first; a stable sort by
-    query then keeps that order, and a check of neighbours spares the full three-key sort.
+    Run files usually list each query's documents together and best first; grouping by query
+    keeps that order, and a check of neighbours spares sorting by score.
     """
     keep = np.flatnonzero(query >= 0)
-    by_query = keep[np.argsort(query[keep], kind="stable")]
-    q, scores, docs = query[by_query], run.scores[by_query], run.docs.codes[by_query]
+    by_query = keep[_stable_order(query[keep])]
+    q, scores = query[by_query], run.scores[by_query]
     same = q[1:] == q[:-1]
     if bool((scores[1:] > scores[:-1])[same].any()):
-        return keep[np.lexsort((-run.docs.codes[keep], -run.scores[keep], query[keep]))]
-    # scores already descending: order only the members of each group of tied scores
+        by_score = keep[np.argsort(-run.scores[keep])]
+        by_query = by_score[_stable_order(query[by_score])]
+        q, scores = query[by_query], run.scores[by_query]
+        same = q[1:] == q[:-1]
+    # scores descending: order only the members of each group of tied scores
     tied = same & (scores[1:] == scores[:-1])
     if not tied.any():
         return by_query
@@ -80,16 +98,59 @@ def _rank_order(query: IntArray, run: Run) -> IntArray:
     member[1:] |= tied
     group = np.cumsum(np.concatenate(([True], ~tied)))
     members = np.flatnonzero(member)
-    by_query[members] = by_query[members[np.lexsort((-docs[members], group[members]))]]
+    doc_rank = np.empty(len(members), dtype=np.int64)
+    doc_rank[byte_order(run.docs.values[by_query[members]])] = np.arange(len(members))
+    by_query[members] = by_query[members[np.lexsort((-doc_rank, group[members]))]]
     return by_query
 
 
-def _labels_of_run(qrels: Qrels, run: Run) -> IntArray:
-    """The qrels label of each run row, UNJUDGED when the pair is not judged.
+def _stable_order(keys: IntArray) -> IntArray:
+    """The stable argsort of non-negative ``keys``: one sort of keys packed with positions."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    shift = len(keys).bit_length()
+    if int(keys.max()).bit_length() + shift > 63:
+        return np.argsort(keys, kind="stable").astype(np.int64)
+    packed = (keys << shift) | np.arange(len(keys), dtype=np.int64)
+    packed.sort()
+    return packed & ((1 << shift) - 1)
 
-    Judged pairs are keyed in the run's vocabularies (the qrels' vocabulary is usually the
-    smaller one to look up), then each run row is found among the sorted keys.
+
+def _judgments(
+    qrels: Qrels,
+    judged_query: IntArray,
+    run: Run,
+    order: IntArray,
+    ranked_query: IntArray,
+    queries: int,
+) -> IntArray:
+    """The qrels row that judges each run row of ``order``, -1 where none does.
+
+    Pairs are matched on keys of the evaluated query and a hash of the document id, then the
+    ids are compared; should two ids of a query ever share their hash, the exact match by
+    sorted vocabularies decides.
     """
+    judgment = np.full(len(order), -1, dtype=np.int64)
+    rows = np.flatnonzero(judged_query >= 0)
+    if not len(rows) or not len(order):
+        return judgment
+    qrels_keys = pair_keys(judged_query[rows], qrels.docs, queries, rows)
+    by_key = np.argsort(qrels_keys)
+    keys = qrels_keys[by_key]
+    # the run's keys come grouped by query, so the search reads memory nearly in order
+    needles = pair_keys(ranked_query, run.docs, queries, order)
+    where = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
+    found = np.flatnonzero(keys[where] == needles)
+    judgment[found] = rows[by_key[where[found]]]
+    if bool((qrels.docs.values[judgment[found]] == run.docs.values[order[found]]).all()):
+        return judgment
+    return _judgments_by_vocabulary(qrels, run)[order]
+
+
+def _judgments_by_vocabulary(qrels: Qrels, run: Run) -> IntArray:
+    """The qrels row that judges each run row (in file order), -1 where none does, without
+    hashing: judged pairs are keyed by the run's vocabulary codes (the qrels' vocabulary is
+    usually the smaller one to look up), then each run row is found among the sorted keys."""
     doc_count = max(len(run.docs.vocab), 1)
     query = qrels.qids.codes_in(run.qids)[qrels.qids.codes]
     doc = qrels.docs.codes_in(run.docs)[qrels.docs.codes]
@@ -98,20 +159,29 @@ def _labels_of_run(qrels: Qrels, run: Run) -> IntArray:
     by_key = np.argsort(judged_keys)
     sorted_keys = judged_keys[by_key]
     if not len(sorted_keys):
-        return np.full(len(run.docs), UNJUDGED, dtype=np.int64)
+        return np.full(len(run), -1, dtype=np.int64)
     keys = run.qids.codes * doc_count + run.docs.codes
     where = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
     found = sorted_keys[where] == keys
-    return np.where(found, qrels.labels[retrieved[by_key[where]]], UNJUDGED).astype(np.int64)
+    return np.where(found, retrieved[by_key[where]], -1).astype(np.int64)
 
 
-def evaluate(
-    qrels: Qrels, run: Run, specs: Sequence[MeasureSpec], *, complete: bool = False
-) -> Evaluation:
-    """Score every spec on every evaluated query and summarise each."""
-    query_ids, lists = rank_run(qrels, run, complete=complete)
-    values = {spec: score(lists, spec) for spec in specs}
-    return Evaluation(query_ids, values, {s: aggregate(s, v) for s, v in values.items()})
+def _judged_labels(
+    judged_query: IntArray, labels: IntArray, size: int
+) -> tuple[IntArray, IntArray]:
+    """The labels >= 0 of each evaluated query's judgments, by query then label descending,
+    and their number per query."""
+    usable = np.flatnonzero((judged_query >= 0) & (labels >= 0))
+    query, kept = judged_query[usable], labels[usable]
+    counts = np.bincount(query, minlength=size).astype(np.int64)
+    top = int(kept.max()) if len(kept) else 0
+    shift = top.bit_length()
+    if shift + size.bit_length() > 63:  # labels too large to pack: sort by two keys
+        return kept[np.lexsort((-kept, query))], counts
+    # query and (top - label) packed in one integer: a single sort orders both
+    packed = (query << shift) | (top - kept)
+    packed.sort()
+    return top - (packed & ((1 << shift) - 1)), counts
 
 
 def _offsets(counts: IntArray) -> IntArray:

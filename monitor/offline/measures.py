@@ -61,9 +61,9 @@ def average_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     top = lists.within(spec.cutoff)
     if top is not None:
         hits = hits & top
-    count_so_far = lists.running_count(hits)
-    precision_at_hit = count_so_far / (lists.position + 1.0)
-    total = lists.sum_ranked(precision_at_hit, hits)
+    at = np.flatnonzero(hits)
+    precision_at_hit = lists.rank_among(at) / (lists.position[at] + 1.0)
+    total = segment_sums(lists.segment[at], precision_at_hit, lists.size)
     if spec.denom == "rel_ret":
         denominator = lists.count(lists.segment, hits)
     elif spec.denom == "min_R_k" and spec.cutoff is not None:
@@ -88,14 +88,24 @@ def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     label-0 documents gain 0; the gains do not depend on rel (trec_eval). ``ideal``:
     ``judged`` ranks all judged documents of the query by label (trec_eval), ``retrieved``
     re-sorts the retrieved top k only. 0 when the ideal DCG is 0.
+
+    Exponential gains are computed as (2^label - 1) / 2^m, m the largest label of the query's
+    ideal ranking: the ratio is the same (scaling by a power of 2 is exact in floating point),
+    and labels of 1024 and more, whose 2^label overflows a double, keep their exact weight.
     """
     top = lists.within(spec.cutoff)
-    gains = _gain(lists.labels, spec)
+    scale = None
+    if spec.gain == "exp" and spec.ideal == "judged":
+        scale = lists.max_judged
+    elif spec.gain == "exp":
+        kept = lists.labels if top is None else np.where(top, lists.labels, 0)
+        scale = _segment_max(lists.segment, kept, lists.size)
+    gains = _gain(lists.labels, lists.segment, scale)
     dcg = lists.sum_ranked(gains / np.log2(lists.position + 2.0), top)
     if spec.ideal == "retrieved":
         ideal = _retrieved_ideal_dcg(lists, gains, top)
     else:
-        ideal_gains = _gain(lists.judged, spec)
+        ideal_gains = _gain(lists.judged, lists.judged_segment, scale)
         if spec.cutoff is not None:
             keep = lists.judged_position < spec.cutoff
             ideal_gains = np.where(keep, ideal_gains, 0.0)
@@ -121,11 +131,12 @@ def bpref(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     rel = spec.relevance
     num_rel = lists.num_rel(rel)
     hits = lists.relevant(rel)
-    nonrel_above = lists.running_count((lists.labels >= 0) & ~hits)
-    bound = np.minimum(lists.num_nonrel(rel), num_rel)[lists.segment]
-    capped = np.minimum(nonrel_above, num_rel[lists.segment])
-    penalty = safe_divide(capped, bound)
-    total = lists.sum_ranked(1.0 - penalty, hits)
+    at = np.flatnonzero(hits)
+    segment = lists.segment[at]
+    nonrel_above = lists.running_count((lists.labels >= 0) & ~hits)[at]
+    bound = np.minimum(lists.num_nonrel(rel), num_rel)[segment]
+    penalty = safe_divide(np.minimum(nonrel_above, num_rel[segment]), bound)
+    total = segment_sums(segment, 1.0 - penalty, lists.size)
     return safe_divide(total, num_rel)
 
 
@@ -136,13 +147,21 @@ def success(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
 
 
 def judged(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
-    """Judged@k = |judged documents in the top k| / k (ir_measures).
+    """Judged@k = |judged documents in the top k| / denominator.
 
-    Like P@k it divides by k, so a list shorter than k cannot look fully judged.
-    trec_eval's unj_k equals 1 - Judged@k when at least k documents were retrieved.
+    ``denom``: ``k`` (default), like P@k, so a list shorter than k cannot look fully judged;
+    ``retrieved``, the documents retrieved in the top k, min(k, retrieved), as ir_measures
+    0.4.3 does (0 for an empty list). ``negative``: ``unjudged`` (default) counts a document
+    labelled below 0 (-1) as unjudged, as every other measure does; ``judged`` counts every
+    document with a qrels line, whatever its label, as ir_measures does. trec_eval's unj_k
+    equals 1 - Judged@k when at least k documents were retrieved.
     """
     k = _cutoff(spec)
-    return lists.count_ranked(lists.labels >= 0, k) / k
+    found = lists.in_qrels if spec.negative == "judged" else lists.labels >= 0
+    count = lists.count_ranked(found, k)
+    if spec.denom == "retrieved":
+        return safe_divide(count, np.minimum(lists.num_ret, k))
+    return count / k
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +220,23 @@ def _cutoff(spec: MeasureSpec) -> int:
     return spec.cutoff
 
 
-def _gain(labels: IntArray, spec: MeasureSpec) -> FloatArray:
-    positive = np.maximum(labels, 0).astype(np.float64)
-    return np.exp2(positive) - 1.0 if spec.gain == "exp" else positive
+def _gain(labels: IntArray, segment: IntArray, scale: IntArray | None) -> FloatArray:
+    """Linear gains (``scale`` None), or (2^label - 1) / 2^scale[query], computed exactly:
+    ldexp is exact, so each gain is the rounded value of 2^label - 1, scaled."""
+    positive = np.maximum(labels, 0)
+    if scale is None:
+        return positive.astype(np.float64)
+    exponent = scale[segment]
+    # labels above the scale are only those of documents below the cutoff of
+    # ideal=retrieved, which count for nothing: they are capped, not overflowed
+    return np.ldexp(1.0, np.minimum(positive - exponent, 0)) - np.ldexp(1.0, -exponent)
+
+
+def _segment_max(segment: IntArray, values: IntArray, size: int) -> IntArray:
+    """The largest of ``values`` and 0 per segment index 0..size-1."""
+    out = np.zeros(size, dtype=np.int64)
+    np.maximum.at(out, segment, values)
+    return out
 
 
 def _retrieved_ideal_dcg(

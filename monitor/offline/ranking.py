@@ -32,13 +32,15 @@ class RankedLists:
     ``labels[offsets[q]:offsets[q+1]]`` are the labels of query q's results, best rank first,
     ``UNJUDGED`` where a result has no judgment. ``judged[judged_offsets[q]:judged_offsets[q+1]]``
     are the labels (>= 0) of every judged document of query q, retrieved or not, sorted
-    descending: they give R, the non-relevant count and the ideal ranking.
+    descending: they give R, the non-relevant count and the ideal ranking. ``in_qrels`` says
+    whether each result has a qrels line at all (any label, -1 included).
     """
 
     labels: IntArray
     offsets: IntArray
     judged: IntArray
     judged_offsets: IntArray
+    in_qrels: BoolArray
     _by_rel: dict[tuple[str, int], npt.NDArray[np.generic]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -54,10 +56,12 @@ class RankedLists:
         offsets = [0]
         judged: list[int] = []
         judged_offsets = [0]
+        in_qrels: list[bool] = []
         for ranking, query_labels in zip(rankings, qrels, strict=True):
             if len(set(ranking)) != len(ranking):
                 raise DuplicateDocumentError(f"document {_first_repeat(ranking)!r} is ranked twice")
             labels.extend(max(query_labels.get(doc, UNJUDGED), UNJUDGED) for doc in ranking)
+            in_qrels.extend(doc in query_labels for doc in ranking)
             offsets.append(len(labels))
             judged.extend(sorted((v for v in query_labels.values() if v >= 0), reverse=True))
             judged_offsets.append(len(judged))
@@ -66,6 +70,7 @@ class RankedLists:
             np.asarray(offsets, dtype=np.int64),
             np.asarray(judged, dtype=np.int64),
             np.asarray(judged_offsets, dtype=np.int64),
+            np.asarray(in_qrels, dtype=np.bool_),
         )
 
     @property
@@ -93,6 +98,13 @@ class RankedLists:
         """Position of each judged label in its query's ideal (descending) order."""
         starts = self.judged_offsets[:-1][self.judged_segment]
         return np.arange(len(self.judged), dtype=np.int64) - starts
+
+    @cached_property
+    def max_judged(self) -> IntArray:
+        """The largest judged label (>= 0) per query; 0 for a query without judgments."""
+        first = np.minimum(self.judged_offsets[:-1], max(len(self.judged) - 1, 0))
+        has_judged = np.diff(self.judged_offsets) > 0
+        return np.where(has_judged, self.judged[first] if len(self.judged) else 0, 0)
 
     @cached_property
     def num_ret(self) -> IntArray:
@@ -141,8 +153,17 @@ class RankedLists:
     def running_count(self, mask: BoolArray) -> IntArray:
         """Per-query inclusive running count of ``mask`` down each ranking."""
         total = np.cumsum(mask, dtype=np.int64)
-        before = np.concatenate(([0], total))[self.offsets[:-1]]
-        return total - before[self.segment]
+        starts = self.offsets[:-1]
+        before = np.where(starts > 0, total[np.maximum(starts - 1, 0)], 0) if len(total) else starts
+        total -= before[self.segment]
+        return total
+
+    def rank_among(self, at: IntArray) -> IntArray:
+        """For ranked documents ``at`` (indices, ascending), each one's 1-based rank among
+        those of ``at`` in its query."""
+        segment = self.segment[at]
+        first = np.searchsorted(segment, np.arange(self.size))
+        return np.arange(1, len(at) + 1) - first[segment]
 
     def first_position(self, mask: BoolArray) -> IntArray:
         """0-based rank of the first document where ``mask`` holds, -1 where none does."""

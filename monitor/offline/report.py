@@ -6,49 +6,74 @@ import json
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from monitor.offline.evaluate import Evaluation
 from monitor.offline.spec import MeasureSpec
 
 Named = tuple[str, MeasureSpec]
+
+SUMMARY_KEY = "all"
+"""The summary's query id, as trec_eval prints it; in JSON, the summary's key."""
+
+RENAMED_QUERY_KEY = "all (query)"
+"""The JSON key of a query whose id is ``all``: no query id holds a space, so it names no
+other query, and ``all`` stays the summary's."""
 
 
 def format_text(evaluation: Evaluation, measures: Sequence[Named], per_query: bool) -> str:
     """``name<TAB>qid<TAB>value`` lines as trec_eval prints them (%.4f, per query first)."""
     lines = []
     if per_query:
+        # a geometric mean has no per-query value (trec_eval gm_map)
+        columns = [(f"{name:<22}", evaluation.values[spec].tolist())
+                   for name, spec in measures if spec.name != "GMAP"]
         for i, qid in enumerate(evaluation.query_ids):
-            for name, spec in measures:
-                if spec.name == "GMAP":
-                    continue  # a geometric mean has no per-query value (trec_eval gm_map)
-                value = float(evaluation.values[spec][i])
-                if not math.isnan(value):
-                    lines.append(f"{name:<22}\t{qid}\t{value:.4f}")
+            for label, values in columns:
+                if not math.isnan(values[i]):
+                    lines.append(f"{label}\t{qid}\t{values[i]:.4f}")
     for name, spec in measures:
         summary = evaluation.summary[spec]
         if summary is not None:
-            lines.append(f"{name:<22}\tall\t{summary:.4f}")
+            lines.append(f"{name:<22}\t{SUMMARY_KEY}\t{summary:.4f}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
 def format_json(evaluation: Evaluation, measures: Sequence[Named], per_query: bool) -> str:
-    """``{"MEASURE": {"QUERY_ID": value, ..., "all": value}}``; null where there is no value."""
+    """``{"MEASURE": {"QUERY_ID": value, ..., "all": value}}``; null where there is no value.
+
+    Per-query entries only with ``per_query`` (and never for GMAP). A query whose id is
+    ``all`` is listed as ``all (query)``: ``all`` is the summary, as in trec_eval's output.
+    """
+    keys = [RENAMED_QUERY_KEY if qid == SUMMARY_KEY else qid for qid in evaluation.query_ids]
     out: dict[str, dict[str, float | None]] = {}
     for name, spec in measures:
         entry: dict[str, float | None] = {}
         if per_query and spec.name != "GMAP":
-            for i, qid in enumerate(evaluation.query_ids):
-                value = float(evaluation.values[spec][i])
-                entry[qid] = None if math.isnan(value) else value
-        entry["all"] = evaluation.summary[spec]
+            values = evaluation.values[spec].tolist()
+            for key, value in zip(keys, values, strict=True):
+                entry[key] = None if math.isnan(value) else value
+        entry[SUMMARY_KEY] = evaluation.summary[spec]
         out[name] = entry
     return json.dumps(out, indent=2) + "\n"
+
+
+def summary_name_note(evaluation: Evaluation, json: bool) -> str | None:
+    """What to say when a query's id is the summary's, ``all``; None when none is."""
+    if SUMMARY_KEY not in evaluation.query_ids:
+        return None
+    if json:
+        return (f"a query is named {SUMMARY_KEY!r}, as the summary is: its values are listed "
+                f"as {RENAMED_QUERY_KEY!r}")
+    return (f"a query is named {SUMMARY_KEY!r}, as the summary lines are: its lines come "
+            "with the other queries', before the summary lines (--json tells them apart)")
 
 
 def skipped_note(evaluation: Evaluation, measures: Sequence[Named]) -> list[str]:
     """One line per measure that skipped queries (``no_rel=skip``), saying how many."""
     notes = []
     for name, spec in measures:
-        skipped = int(sum(1 for v in evaluation.values[spec] if math.isnan(v)))
+        skipped = int(np.isnan(evaluation.values[spec]).sum())
         if skipped:
             notes.append(f"{name}: {skipped} queries without relevant judged documents skipped")
     return notes

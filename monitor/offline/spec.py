@@ -3,7 +3,9 @@
 Grammar (ours): ``NAME[(param=value[,param=value]...)][@k]``, for example ``P@5``,
 ``nDCG@10``, ``AP(denom=min_R_k)@10``, ``nDCG(gain=exp,ideal=retrieved)@5``,
 ``P(rel=2,no_rel=skip)@3``. trec_eval's names are accepted too (``P_5``, ``P.5``,
-``ndcg_cut.10``, ``map``, ``recip_rank``, ``success.1``, ``gm_map`` ...).
+``ndcg_cut.10``, ``map``, ``recip_rank``, ``success.1``, ``gm_map`` ...); a name given in
+trec_eval's grammar is printed as trec_eval prints it (``ndcg_cut.5,10`` gives
+``ndcg_cut_5`` and ``ndcg_cut_10``), and every printed name parses back to its spec.
 """
 
 from __future__ import annotations
@@ -12,40 +14,39 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-ApDenominator = Literal["R", "min_R_k", "rel_ret"]
+Denominator = Literal["R", "min_R_k", "rel_ret", "k", "retrieved"]
 Gain = Literal["linear", "exp"]
 Ideal = Literal["judged", "retrieved"]
 NoRelevant = Literal["zero", "skip"]
+Negative = Literal["unjudged", "judged"]
 
-# name -> (cutoff: "required" | "optional" | "none", parameters it accepts besides rel/no_rel)
-MEASURE_GRAMMAR: dict[str, tuple[str, frozenset[str]]] = {
-    "P": ("required", frozenset()),
-    "R": ("required", frozenset()),
-    "F1": ("required", frozenset()),
-    "AP": ("optional", frozenset({"denom"})),
-    "RR": ("optional", frozenset()),
-    "nDCG": ("optional", frozenset({"gain", "ideal"})),
-    "Rprec": ("none", frozenset()),
-    "bpref": ("none", frozenset()),
-    "Success": ("required", frozenset()),
-    "Judged": ("required", frozenset()),
-    "GMAP": ("none", frozenset()),
-}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Relevance labels, relevance levels and cutoffs are 64-bit integers."""
 
-_PARAM_VALUES: dict[str, tuple[str, ...]] = {
-    "denom": ("R", "min_R_k", "rel_ret"),
-    "gain": ("linear", "exp"),
-    "ideal": ("judged", "retrieved"),
-    "no_rel": ("zero", "skip"),
+# name -> (cutoff: "required" | "optional" | "none", {parameter: its values, default first})
+# for the parameters it accepts besides rel and no_rel
+MEASURE_GRAMMAR: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "P": ("required", {}),
+    "R": ("required", {}),
+    "F1": ("required", {}),
+    "AP": ("optional", {"denom": ("R", "min_R_k", "rel_ret")}),
+    "RR": ("optional", {}),
+    "nDCG": ("optional", {"gain": ("linear", "exp"), "ideal": ("judged", "retrieved")}),
+    "Rprec": ("none", {}),
+    "bpref": ("none", {}),
+    "Success": ("required", {}),
+    "Judged": ("required", {"denom": ("k", "retrieved"), "negative": ("unjudged", "judged")}),
+    "GMAP": ("none", {}),
 }
-_COMMON_PARAMS = frozenset({"rel", "no_rel"})
+_COMMON_PARAMS: dict[str, tuple[str, ...]] = {"no_rel": ("zero", "skip")}
 
 GRAMMAR_HELP = (
     "expected NAME[(param=value,...)][@k] with NAME one of "
     + ", ".join(MEASURE_GRAMMAR)
     + "; @k is required for P, R, F1, Success, Judged, optional for AP, RR, nDCG and not "
     "allowed for Rprec, bpref, GMAP; params: rel=INT (all), no_rel=zero|skip (all), "
-    "denom=R|min_R_k|rel_ret (AP), gain=linear|exp and ideal=judged|retrieved (nDCG); "
+    "denom=R|min_R_k|rel_ret (AP), gain=linear|exp and ideal=judged|retrieved (nDCG), "
+    "denom=k|retrieved and negative=unjudged|judged (Judged); "
     "trec_eval names such as P_5, P.5, recall_100, map, map_cut.10, ndcg, ndcg_cut.10, "
     "recip_rank, Rprec, bpref, success.1, gm_map are accepted too"
 )
@@ -63,16 +64,23 @@ class MeasureSpec:
     """One measure with its cutoff and conventions; ``str()`` gives the canonical name.
 
     ``rel`` is None when the name did not set it: the evaluation's relevance level applies
-    (``-l``, default 1).
+    (``-l``, default 1). ``denom`` is None for the measure's default denominator (AP: ``R``,
+    Judged: ``k``); a spec built with the default spelled out is the same spec.
     """
 
     name: str
     cutoff: int | None = None
     rel: int | None = None
     no_rel: NoRelevant = "zero"
-    denom: ApDenominator = "R"
+    denom: Denominator | None = None
     gain: Gain = "linear"
     ideal: Ideal = "judged"
+    negative: Negative = "unjudged"
+
+    def __post_init__(self) -> None:
+        choices = MEASURE_GRAMMAR.get(self.name, ("", {}))[1].get("denom")
+        if choices and self.denom == choices[0]:
+            object.__setattr__(self, "denom", None)
 
     @property
     def relevance(self) -> int:
@@ -101,20 +109,21 @@ class MeasureSpec:
 
 _OURS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*)(?:\((?P<params>[^()]*)\))?(?:@(?P<k>\S+))?$")
 
-# trec_eval name -> (our name, cutoff: "required" | "none" | "optional")
-_TREC_NAMES: dict[str, str] = {
-    "P": "P",
-    "recall": "R",
-    "map": "AP",
-    "map_cut": "AP",
-    "ndcg": "nDCG",
-    "ndcg_cut": "nDCG",
-    "recip_rank": "RR",
-    "Rprec": "Rprec",
-    "bpref": "bpref",
-    "success": "Success",
-    "gm_map": "GMAP",
+# trec_eval's measure name -> (our name, whether it takes a cutoff: ``P.5,10``, ``P_5``)
+_TREC_NAMES: dict[str, tuple[str, bool]] = {
+    "P": ("P", True),
+    "recall": ("R", True),
+    "map": ("AP", False),
+    "map_cut": ("AP", True),
+    "ndcg": ("nDCG", False),
+    "ndcg_cut": ("nDCG", True),
+    "recip_rank": ("RR", False),
+    "Rprec": ("Rprec", False),
+    "bpref": ("bpref", False),
+    "success": ("Success", True),
+    "gm_map": ("GMAP", False),
 }
+_TREC_PRINTED = {value: trec for trec, value in _TREC_NAMES.items()}
 _TREC = re.compile(r"^(?P<name>[A-Za-z_]+?)(?:[._](?P<k>[0-9][0-9,]*))?$")
 
 
@@ -128,14 +137,36 @@ def parse_measure(text: str) -> MeasureSpec:
 
 def parse_measures(text: str) -> list[MeasureSpec]:
     """Parse a name that may expand to several specs (trec_eval's ``P.5,10``)."""
+    return [spec for _, spec in parse_named(text)]
+
+
+def parse_named(text: str) -> list[tuple[str, MeasureSpec]]:
+    """Parse like ``parse_measures``, each spec with the name to print for it.
+
+    A trec_eval name prints as trec_eval prints it (``ndcg_cut.5,10``: ``ndcg_cut_5`` and
+    ``ndcg_cut_10``; ``P.5``: ``P_5``), any other as its canonical name; both parse back to
+    the same spec.
+    """
     text = text.strip()
     trec = _TREC.match(text)
     if trec and trec["name"] in _TREC_NAMES and not _is_our_name(text):
-        return _from_trec(text, trec["name"], trec["k"])
+        return [(trec_eval_name(spec), spec) for spec in _from_trec(text, trec["name"], trec["k"])]
     ours = _OURS.match(text)
     if not ours or ours["name"] not in MEASURE_GRAMMAR:
         raise MeasureNameError(f"unknown measure {text!r}")
-    return [_from_ours(text, ours["name"], ours["params"], ours["k"])]
+    spec = _from_ours(text, ours["name"], ours["params"], ours["k"])
+    return [(str(spec), spec)]
+
+
+def trec_eval_name(spec: MeasureSpec) -> str:
+    """The name trec_eval prints for ``spec`` (``P_5``, ``map_cut_10``, ``ndcg``).
+
+    Raises ValueError for a spec trec_eval has no name for (a parameter, F1, Judged).
+    """
+    trec = _TREC_PRINTED.get((spec.name, spec.cutoff is not None))
+    if trec is None or spec != MeasureSpec(spec.name, spec.cutoff):
+        raise ValueError(f"trec_eval has no name for {spec}")
+    return trec if spec.cutoff is None else f"{trec}_{spec.cutoff}"
 
 
 def _is_our_name(text: str) -> bool:
@@ -144,11 +175,10 @@ def _is_our_name(text: str) -> bool:
 
 
 def _from_trec(text: str, trec_name: str, cutoffs: str | None) -> list[MeasureSpec]:
-    name = _TREC_NAMES[trec_name]
-    if trec_name in ("map", "ndcg") and cutoffs is None:
-        return [MeasureSpec(name)]
-    if trec_name in ("map", "ndcg", "Rprec", "bpref", "recip_rank", "gm_map"):
+    name, takes_cutoff = _TREC_NAMES[trec_name]
+    if not takes_cutoff:
         if cutoffs is not None:
+            # map.5 is not map_cut.5: trec_eval's map takes no cutoff
             raise MeasureNameError(f"measure {text!r}: {trec_name} takes no cutoff")
         return [MeasureSpec(name)]
     if cutoffs is None:
@@ -157,7 +187,8 @@ def _from_trec(text: str, trec_name: str, cutoffs: str | None) -> list[MeasureSp
 
 
 def _from_ours(text: str, name: str, params: str | None, k: str | None) -> MeasureSpec:
-    cutoff_rule, extra = MEASURE_GRAMMAR[name]
+    cutoff_rule, accepted = MEASURE_GRAMMAR[name]
+    accepted = _COMMON_PARAMS | accepted
     cutoff = None if k is None else _cutoff(text, k)
     if cutoff_rule == "required" and cutoff is None:
         raise MeasureNameError(f"measure {text!r}: {name} needs @k")
@@ -168,26 +199,33 @@ def _from_ours(text: str, name: str, params: str | None, k: str | None) -> Measu
         if not item.strip():
             continue
         key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or key not in (_COMMON_PARAMS | extra):
+        if not sep or (key != "rel" and key not in accepted):
             raise MeasureNameError(f"measure {text!r}: bad parameter {item!r}")
         if key in values:
             raise MeasureNameError(f"measure {text!r}: parameter {key!r} given twice")
         if key == "rel":
-            try:
-                values[key] = int(value)
-            except ValueError:
-                raise MeasureNameError(
-                    f"measure {text!r}: rel must be an integer, got {value!r}"
-                ) from None
-        elif value in _PARAM_VALUES[key]:
+            values[key] = _relevance(text, value)
+        elif value in accepted[key]:
             values[key] = value
         else:
-            allowed = "|".join(_PARAM_VALUES[key])
+            allowed = "|".join(accepted[key])
             raise MeasureNameError(f"measure {text!r}: {key} must be {allowed}, got {value!r}")
     return MeasureSpec(name, cutoff, **values)  # type: ignore[arg-type]
 
 
+def _relevance(text: str, value: str) -> int:
+    try:
+        level = int(value)
+    except ValueError:
+        level = None
+    if level is None or not INT64_MIN <= level <= INT64_MAX:
+        raise MeasureNameError(f"measure {text!r}: rel must be an integer (64-bit), got {value!r}")
+    return level
+
+
 def _cutoff(text: str, k: str) -> int:
-    if not k.isdigit() or int(k) < 1:
-        raise MeasureNameError(f"measure {text!r}: cutoff must be a positive integer, got {k!r}")
+    if not k.isdigit() or not 1 <= int(k) <= INT64_MAX:
+        raise MeasureNameError(
+            f"measure {text!r}: cutoff must be a positive integer (64-bit), got {k!r}"
+        )
     return int(k)

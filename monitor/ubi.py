@@ -1,0 +1,258 @@
+"""OpenSearch User Behavior Insights (UBI 1.0 to 1.3) records as live events (README: "UBI").
+
+A record without ``type`` is UBI: an event when it has ``action_name``, a query when it has
+``user_query`` (or a ``_bulk`` export names its index ``*queries*``). UBI is lenient in
+practice, so this is too: ids may be integers, ``client_id`` is optional, a timestamp without
+an offset is read in ``[ubi] naive_timezone``, positions come in the 1.3 form
+(``position.ordinal``), the 1.0-1.2 form (``position.ordinal.index``) or as ``position.index``,
+and a click with only screen coordinates is a click without a rank. Actions map to clicks,
+conversions and impressions by ``[ubi]``; an action with ``event_attributes.dwell_time`` is a
+dwell; the rest are counted and ignored.
+
+Sessions: a UBI query belongs to ``session_id``, else ``ubi-client:<client_id>``, else
+``ubi-query:<query_id>``. An event with a ``query_id`` belongs to the session of that query
+(``SESSION_OF_QUERY``: resolved when the event is applied), whatever session key it carries
+itself; an event whose query is unknown falls back to its own ``session_id``, then its
+``client_id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import msgspec
+from pydantic import ValidationError
+
+from monitor.config import UbiConfig
+from monitor.events import (
+    MAX_EPOCH_MS,
+    ClickEvent,
+    ConversionEvent,
+    DwellEvent,
+    Event,
+    IgnoredAction,
+    ImpressionEvent,
+    Live,
+    QueryEvent,
+    Reason,
+    Rejection,
+    decode_native,
+    rejection,
+    too_large,
+    untyped,
+)
+from monitor.online import SESSION_OF_QUERY
+
+HIT_ID_FIELDS = ("query_response_hit_ids", "query_response_object_ids",
+                 "query_response_objects_ids")
+"""The served result ids of a query (the names the spec and the plugin used over time)."""
+
+_JSON = msgspec.json.Decoder()
+
+
+class UbiReader:
+    """Turns UBI records into live events under ``[ubi]``."""
+
+    def __init__(self, config: UbiConfig) -> None:
+        self.config = config
+        self.clicks = frozenset(config.click_actions)
+        self.conversions = frozenset(config.conversion_actions)
+        self.impressions = frozenset(config.impression_actions)
+        self.zone = None if config.naive_timezone == "reject" else ZoneInfo(
+            config.naive_timezone
+        )
+
+    def decode(self, data: bytes, hint: str | None = None) -> Live | Rejection | IgnoredAction:
+        try:
+            record = _JSON.decode(data)
+        except msgspec.DecodeError as error:
+            return Rejection(Reason.INVALID_JSON, str(error))
+        if not isinstance(record, dict):
+            return Rejection(Reason.UNKNOWN_TYPE, "not a JSON object")
+        try:
+            if "action_name" in record or (hint is not None and "event" in hint):
+                return self._event(record, data)
+            if "user_query" in record or any(f in record for f in HIT_ID_FIELDS) or (
+                hint is not None and "quer" in hint
+            ):
+                return self._query(record, data)
+        except _Invalid as problem:
+            return Rejection(Reason.SCHEMA, str(problem))
+        return Rejection(Reason.UNKNOWN_TYPE, "neither 'type' nor a UBI query or event record")
+
+    def _query(self, record: dict[str, Any], data: bytes) -> QueryEvent:
+        text = _text(record, "user_query", required=True)
+        query_id = _identifier(record, "query_id")
+        client = _identifier(record, "client_id")
+        session = _identifier(record, "session_id")
+        stamp = self._timestamp(record)
+        hits = next((record[f] for f in HIT_ID_FIELDS if record.get(f) is not None), None)
+        if hits is not None:
+            if not isinstance(hits, list):
+                raise _Invalid("query_response_hit_ids: expected a list of ids")
+            results = [_id_value(h, "query_response_hit_ids") for h in hits]
+            known = bool(results) or self.config.empty_hit_ids == "zero_results"
+        else:
+            results, known = [], False
+        return QueryEvent(
+            event_id=f"ubi-query:{query_id}" if query_id is not None else _digest(data),
+            timestamp=stamp,
+            session_id=session or (f"ubi-client:{client}" if client is not None else None)
+            or f"ubi-query:{query_id if query_id is not None else _digest(data)}",
+            query_id=query_id if query_id is not None else _digest(data),
+            query_text=text,  # type: ignore[arg-type]
+            result_ids=results,
+            client_id=client,
+            application=_text(record, "application"),
+            results_known=known,
+        )
+
+    def _event(self, record: dict[str, Any], data: bytes) -> Live | IgnoredAction:
+        action = _text(record, "action_name", required=True)
+        assert action is not None
+        stamp = self._timestamp(record)
+        attributes = record.get("event_attributes") or {}
+        if not isinstance(attributes, dict):
+            raise _Invalid("event_attributes: expected an object")
+        query_id = _identifier(record, "query_id")
+        own = _identifier(record, "session_id") or _identifier(attributes, "session_id")
+        client = _identifier(record, "client_id")
+        fallback = own or (f"ubi-client:{client}" if client is not None else None)
+        if fallback is None and query_id is None:
+            raise _Invalid("a UBI event needs query_id, session_id or client_id")
+        session = SESSION_OF_QUERY + (fallback or f"ubi-query:{query_id}")
+        if query_id is None:
+            session = fallback or ""
+        event_id = "ubi-event:" + hashlib.blake2b(data, digest_size=12).hexdigest()
+        thing = attributes.get("object") or {}
+        if not isinstance(thing, dict):
+            raise _Invalid("event_attributes.object: expected an object")
+        doc = thing.get("object_id")
+        doc = _id_value(doc, "event_attributes.object.object_id") if doc is not None else None
+        dwell = attributes.get("dwell_time")
+        if dwell is not None and (
+            isinstance(dwell, bool) or not isinstance(dwell, int | float)
+            or not 0 <= dwell <= 1e9 or math.isnan(dwell)
+        ):
+            raise _Invalid("event_attributes.dwell_time: expected seconds, 0 to 10^9")
+        dwell_ms = dwell * 1000.0 if dwell is not None else None
+        if action in self.clicks or action in self.impressions:
+            rank = self._rank(attributes.get("position"))
+            if action in self.clicks:
+                return ClickEvent(
+                    event_id=event_id, timestamp=stamp, session_id=session,
+                    query_id=query_id, doc_id=doc or "", position=rank,  # type: ignore[arg-type]
+                    dwell_ms=dwell_ms,
+                )
+            return ImpressionEvent(
+                event_id=event_id, timestamp=stamp, session_id=session, query_id=query_id,
+                doc_id=doc, position=rank,
+            )
+        if action in self.conversions:
+            return ConversionEvent(
+                event_id=event_id, timestamp=stamp, session_id=session, query_id=query_id,
+                doc_id=doc,
+            )
+        if dwell_ms is not None and query_id is not None:
+            return DwellEvent(
+                event_id=event_id, timestamp=stamp, session_id=session, query_id=query_id,
+                doc_id=doc or "", dwell_ms=dwell_ms,
+            )
+        return IgnoredAction(action)
+
+    def _rank(self, position: Any) -> int:
+        """The 1-based rank of a position (0: none given, as with screen coordinates only)."""
+        if position is None:
+            return 0
+        if not isinstance(position, dict):
+            raise _Invalid("event_attributes.position: expected an object")
+        ordinal = position.get("ordinal")
+        where = "event_attributes.position.ordinal"
+        if isinstance(ordinal, dict):  # UBI 1.0 to 1.2: {"ordinal": {"index": n}}
+            ordinal, where = ordinal.get("index"), where + ".index"
+        if ordinal is None:
+            ordinal, where = position.get("index"), "event_attributes.position.index"
+        if ordinal is None:
+            return 0
+        if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+            raise _Invalid(f"{where}: expected an integer")
+        rank = ordinal - self.config.ordinal_base + 1
+        if not 1 <= rank < 2**31:
+            raise _Invalid(
+                f"{where} = {ordinal}: out of range ([ubi] ordinal_base = "
+                f"{self.config.ordinal_base})"
+            )
+        return rank
+
+    def _timestamp(self, record: dict[str, Any]) -> int | str:
+        stamp = record.get("timestamp")
+        if stamp is None:
+            raise _Invalid("timestamp: required (the event time)")
+        if isinstance(stamp, bool) or not isinstance(stamp, int | str):
+            raise _Invalid("timestamp: expected an ISO 8601 string or epoch milliseconds")
+        if isinstance(stamp, int):
+            if not 0 <= stamp <= MAX_EPOCH_MS:
+                raise _Invalid("timestamp: epoch milliseconds out of range")
+            return stamp
+        try:
+            parsed = datetime.fromisoformat(stamp)
+        except ValueError:
+            raise _Invalid(f"timestamp: expected ISO 8601, got {stamp[:40]!r}") from None
+        if parsed.tzinfo is not None:
+            return stamp
+        if self.zone is None:
+            raise _Invalid("timestamp: no offset ([ubi] naive_timezone = \"reject\")")
+        return parsed.replace(tzinfo=self.zone).isoformat()
+
+
+class _Invalid(ValueError):
+    """A UBI record that cannot be read: the message names the field."""
+
+
+def _text(record: dict[str, Any], name: str, required: bool = False) -> str | None:
+    value = record.get(name)
+    if value is None:
+        if required:
+            raise _Invalid(f"{name}: required")
+        return None
+    if not isinstance(value, str):
+        raise _Invalid(f"{name}: expected a string")
+    return value
+
+
+def _identifier(record: dict[str, Any], name: str) -> str | None:
+    value = record.get(name)
+    return None if value is None or value == "" else _id_value(value, name)
+
+
+def _id_value(value: Any, name: str) -> str:
+    """An id: a string, or an integer (as UBI allows for object ids) written in decimal."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
+        return str(value)
+    raise _Invalid(f"{name}: expected a string or an integer id")
+
+
+def _digest(data: bytes) -> str:
+    return "ubi:" + hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def decode(
+    data: bytes, max_bytes: int, config: UbiConfig | None = None
+) -> Event | Live | Rejection | IgnoredAction:
+    """One message as the pipeline reads it before sessions: a native event validated by
+    the full definitions (a dict), a UBI record as a live event, a rejection, or an ignored
+    action."""
+    if len(data) > max_bytes:
+        return too_large(data, max_bytes)
+    try:
+        return decode_native(data)
+    except ValidationError as error:
+        if untyped(error):
+            return UbiReader(config or UbiConfig()).decode(data)
+        return rejection(error)
