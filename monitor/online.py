@@ -510,6 +510,7 @@ class Sessions:
     def _settle(self, ready: list[Accepted]) -> None:
         """Apply waiting events the watermark has passed, in the (time) order given."""
         sessions, timeout, apply = self.open, self._timeout, self._apply
+        due, width = self.due, self.bucket_seconds
         for event in ready:
             time, session_id = event[0], event[3]
             if session_id.startswith(SESSION_OF_QUERY):
@@ -524,7 +525,11 @@ class Sessions:
                     session.last = time
             if session is None:
                 session = sessions[session_id] = Session(time)
-                self._schedule(session_id, time + timeout)
+                waiting = due.get(bucket := int((time + timeout) // width))
+                if waiting is None:
+                    due[bucket] = [session_id]
+                else:
+                    waiting.append(session_id)
             apply(session, event, session_id)
 
     def _resolve(self, marked: str, query_id: str | None) -> str:
@@ -556,21 +561,25 @@ class Sessions:
             self.generation_end = self.newest + config.timeout + config.allowed_lateness
         width = self.bucket_seconds
         passed = int(watermark // width)  # buckets below this have ended
-        sessions, timeout, close = self.open, config.timeout, self.close
+        sessions, timeout, close, due = self.open, config.timeout, self.close, self.due
         # The watermark's own bucket too: every session whose end the watermark has passed
         # closes now, whichever bucket it waited in, so that what is closed is a function
         # of the open sessions and the watermark (a restored state closes the same ones).
-        for bucket in sorted(b for b in self.due if b <= passed):
-            for session_id in self.due.pop(bucket):
-                session = sessions.pop(session_id, None)
+        for bucket in sorted(b for b in due if b <= passed):
+            for session_id in due.pop(bucket):
+                session = sessions.get(session_id)
                 if session is None:
                     continue  # closed already
                 end = session.last + timeout
                 if end < watermark:
+                    del sessions[session_id]
                     close(session_id, session)
                 else:  # active since it was scheduled: not due yet
-                    sessions[session_id] = session
-                    self._schedule(session_id, end)
+                    waiting = due.get(later := int(end // width))
+                    if waiting is None:
+                        due[later] = [session_id]
+                    else:
+                        waiting.append(session_id)
         self.next_due = (passed + 1) * self.bucket_seconds
 
     def close_all(self) -> None:

@@ -9,7 +9,6 @@ import json
 import logging
 import struct
 import tempfile
-from collections import deque
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,8 +48,6 @@ def open_events(path: Path) -> BinaryIO:
 
 AHEAD = 128
 """Messages read ahead of those admitted: their event time is judged against these."""
-BEHIND = 32
-"""Event times admitted before them that are part of that judgement too."""
 BATCH = 64
 """Messages admitted together, under one estimate of the event time around them."""
 
@@ -250,18 +247,21 @@ def feed(
     raise ``OutOfOrder`` at the first event further behind the newest one than the allowed
     lateness.
 
-    Lines are decoded when read and admitted ``AHEAD`` lines later, ``BATCH`` at a time, so
-    that their times can be judged against the events after them: an event stamped more
-    than ``[sessions] max_future`` after both the median time of the ``AHEAD`` messages read
-    after its batch and the newest of the ``BEHIND`` events admitted before it is rejected
-    as ``future_timestamp`` (the last ``AHEAD`` are admitted one at a time, each against
-    those after it). One clock, however wrong, cannot move that median; a log that resumes
-    after a long pause is judged by the events after the pause.
+    An event stamped no later than ``[sessions] max_future`` after the newest event admitted
+    so far is admitted at once. Any other is judged against the events after it: it waits,
+    with every line after it, until ``AHEAD`` more have been read; then the waiting ones are
+    admitted ``BATCH`` at a time, and one stamped more than ``max_future`` after both the
+    median time of the ``AHEAD`` messages read after its batch and the newest event admitted
+    before is rejected as ``future_timestamp`` (at the end of the input, one at a time,
+    each against those after it). One clock, however wrong, cannot move that median; a log
+    that resumes after a long pause is judged by the events after the pause, and admitted.
     """
-    read = pipeline.read
+    read, admit, sessions = pipeline.read, pipeline.admit, pipeline.sessions
+    ahead = pipeline.config.sessions.max_future
     held: list[tuple[str, int, Read]] = []
     times: list[float] = []  # of the messages held
-    behind: deque[float] = deque(maxlen=BEHIND)
+    limit = float("-inf")  # what is admitted at once: up to the newest admitted + max_future
+    sessions.horizon = float("inf")
     for source, number, line, hint in lines:  # a line ending is JSON whitespace: kept
         result = read(line, hint)
         if result is None:
@@ -269,38 +269,51 @@ def feed(
         if type(result) is Rejection:
             log.record(result, f"{source}:{number}")
             continue
+        time = result.time if type(result) is JudgedMessage else result[0][0]
+        if not held and time <= limit:
+            rejection = admit(result)
+            if rejection is not None:
+                log.record(rejection, f"{source}:{number}")
+            elif time + ahead > limit:
+                limit = time + ahead
+            if in_order and sessions.behind:
+                raise OutOfOrder(f"{source}:{number}")
+            continue
         held.append((source, number, result))
-        times.append(result.time if type(result) is JudgedMessage else result[0][0])
+        times.append(time)
         if len(held) == AHEAD + BATCH:
-            _admit(pipeline, held, times, BATCH, behind, log)
-            if in_order and pipeline.sessions.behind:
+            limit = _admit(pipeline, held, times, BATCH, limit, log)
+            if max(times) <= limit:  # nothing is ahead any more: admitted at once
+                limit = _admit(pipeline, held, times, len(held), limit, log)
+            if in_order and sessions.behind:
                 raise OutOfOrder(f"{source}:{number}")
     while held:
-        _admit(pipeline, held, times, 1, behind, log)
-    if in_order and pipeline.sessions.behind:
-        raise OutOfOrder(f"{source}:{number}")
-    pipeline.sessions.horizon = float("inf")
+        limit = _admit(pipeline, held, times, 1, limit, log)
+    if in_order and sessions.behind:
+        raise OutOfOrder("the end of the input")
+    sessions.horizon = float("inf")
 
 
 def _admit(
     pipeline: Pipeline, held: list[tuple[str, int, Read]], times: list[float], count: int,
-    behind: deque[float], log: RejectionLog,
-) -> None:
-    """Admit the first ``count`` messages held, judged against those after them."""
+    limit: float, log: RejectionLog,
+) -> float:
+    """Admit the first ``count`` messages held, judged against those after them and against
+    ``limit`` (the newest event admitted before, plus max_future); returns the new limit."""
     sessions, admit = pipeline.sessions, pipeline.admit
-    ahead = sorted(times[count:])
-    median = ahead[len(ahead) // 2] if ahead else float("-inf")
-    horizon = max(median, max(behind, default=float("-inf")))
-    sessions.horizon = horizon + pipeline.config.sessions.max_future if horizon > float(
-        "-inf"
-    ) else float("inf")  # a lone event: nothing to judge it by
+    ahead = pipeline.config.sessions.max_future
+    later = sorted(times[count:])
+    horizon = max(later[len(later) // 2] + ahead if later else float("-inf"), limit)
+    sessions.horizon = float("inf") if horizon == float("-inf") else horizon  # a lone event
     for (source, number, item), time in zip(held[:count], times[:count], strict=True):
         rejection = admit(item)
         if rejection is not None:
             log.record(rejection, f"{source}:{number}")
-        elif item.__class__ is not JudgedMessage:
-            behind.append(time)
+        elif time + ahead > limit:
+            limit = time + ahead
     del held[:count], times[:count]
+    sessions.horizon = float("inf")
+    return limit
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:
@@ -330,6 +343,8 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
         "offline": _offline(pipeline),
         "regressions": _regressions(pipeline),
         "rejected": rejected,
+        "unmatched_clicks": pipeline.sessions.unmatched_clicks,
+        "ignored_actions": pipeline.health.ignored_actions,
     }
 
 
@@ -434,4 +449,7 @@ def format_table(result: dict[str, Any]) -> str:
     if rejected:
         text += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))
         text += "\n"
+    if result["unmatched_clicks"] or result["ignored_actions"]:
+        text += (f"\nclicks on a query not seen in their session: {result['unmatched_clicks']}"
+                 f"; UBI actions ignored: {result['ignored_actions']}\n")
     return text
