@@ -19,9 +19,11 @@ make the daemon count wrongly, never make it run code.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -112,6 +114,50 @@ def discard_file(path: Path) -> Path | None:
         aside = path.with_name(f"{path.name}.discarded.{number}")
     os.replace(path, aside)
     return aside
+
+
+LOCK_FILE = ".lock"
+_held_lock: int | None = None
+
+
+class DirectoryInUse(Exception):
+    """Another process holds the state directory."""
+
+
+def lock_directory(directory: Path) -> None:
+    """Hold ``directory``'s lock file (``fcntl`` lock, with the holder's pid and host in it)
+    for the life of this process; ``DirectoryInUse`` when another process holds it. A
+    directory that cannot be written is not locked (nothing can be written to it by anyone;
+    the checkpoint alerts say so)."""
+    global _held_lock
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        log.warning("cannot lock %s (%s): not locked", directory, error.strerror or error)
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise DirectoryInUse(
+            f"the state directory {directory} is in use by another searchmon ({holder}); "
+            "two daemons on one directory would overwrite each other's checkpoints. Give "
+            "each replica its own [state] dir"
+        ) from None
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    _held_lock = descriptor
+
+
+def forget_inherited_lock() -> None:
+    """In a forked child: close its copy of the lock, which stays the parent's alone (so
+    the lock goes with the parent, even when the child outlives it for a moment)."""
+    global _held_lock
+    if _held_lock is not None:
+        os.close(_held_lock)
+        _held_lock = None
 
 
 class Store(Protocol):

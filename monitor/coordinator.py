@@ -35,6 +35,12 @@ class CheckpointCoordinator:
         self.ledger = self._open(discard)
         self.checkpoint_time: float | None = None
         """Wall-clock time as of which the state is durable (what /metrics shows)."""
+        self.started = time.time()
+        self.failures = 0
+        """Checkpoints that failed (state or ledger not written: a full or read-only disk, an
+        unreachable changelog); each is retried at the next interval."""
+        self.last_success = time.monotonic()
+        """When a checkpoint last succeeded (or the daemon started)."""
         self.exported = export(Pipeline(config))  # until a checkpoint is restored or written
         self._last = time.monotonic()
 
@@ -84,17 +90,34 @@ class CheckpointCoordinator:
             keys = (owned & source.assignment()) - fence.revoked
             answer = worker.request(Checkpoint(frozenset(keys)), Checkpointed)
         if answer is None:
+            self.failures += 1  # the worker logged why; its state stays as it was
             return None
-        self.checkpoint_time = answer.written_at
         if answer.written:  # else nothing changed since the last checkpoint
             for key, (_, view) in answer.written.items():
                 self.ledger.update(key, view)
-            self._save()
+            if not self._save():
+                return None  # the offsets wait for a ledger that says what was exported
             self.export(owned)
             source.commit({
                 key: offset for key, (offset, _) in answer.written.items() if key in owned
             })
+        self.checkpoint_time = answer.written_at
+        self.last_success = time.monotonic()
         return answer
+
+    def failing_for(self) -> float | None:
+        """Seconds since the last successful checkpoint when checkpoints are failing (more
+        than three intervals, at least 5 s), else None: ``/readyz`` is 503 then."""
+        late = time.monotonic() - self.last_success
+        bound = max(3 * self.config.state.checkpoint_interval, 5.0)
+        return late if self.failures and late > bound else None
+
+    @property
+    def durable_as_of(self) -> float:
+        """What ``searchmon_checkpoint_timestamp_seconds`` says: the newest durable
+        checkpoint, or the process start until there is one (so that a daemon that never
+        manages one is seen to be late, instead of exporting nothing)."""
+        return self.checkpoint_time if self.checkpoint_time is not None else self.started
 
     def export(self, owned: set[Key]) -> None:
         """Counters: everything this replica counted; gauges: the partitions it owns; the
@@ -102,5 +125,14 @@ class CheckpointCoordinator:
         restore (so alerts on them neither resolve nor fire again because of it)."""
         self.exported = self.ledger.exported(owned, offline_key(self.ledger.views, self.config))
 
-    def _save(self) -> None:
-        checkpoint.write_file(self.path, codec.encode("ledger", self.ledger.snapshot()))
+    def _save(self) -> bool:
+        """Write the ledger; False (logged, counted, retried at the next checkpoint) when
+        the disk refuses it: the daemon keeps running and serving."""
+        try:
+            checkpoint.write_file(self.path, codec.encode("ledger", self.ledger.snapshot()))
+        except OSError as error:
+            self.failures += 1
+            log.warning("cannot write %s (%s); retrying at the next checkpoint", self.path,
+                        error.strerror or error)
+            return False
+        return True

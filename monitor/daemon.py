@@ -24,6 +24,7 @@ move between replicas.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -34,6 +35,7 @@ from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
+from monitor import checkpoint
 from monitor.config import Config
 from monitor.coordinator import LEDGER_FILE, CheckpointCoordinator
 from monitor.export import Export
@@ -61,6 +63,8 @@ STALLED = 120.0
 """``/livez`` fails when the consumer loop has not turned for this long (seconds)..."""
 NO_PROGRESS = 300.0
 """...or when some partition has lag and no record was processed for this long."""
+STOP_GRACE = 4.5
+"""Seconds from SIGTERM to exit at the latest."""
 
 
 class Daemon:
@@ -69,6 +73,10 @@ class Daemon:
     def __init__(self, config: Config, discard_checkpoint: bool = False) -> None:
         self.config = config
         self.discard_checkpoint = discard_checkpoint
+        try:
+            checkpoint.lock_directory(config.state.dir)
+        except checkpoint.DirectoryInUse as error:
+            raise StartError(str(error)) from None
         self.coordinator = CheckpointCoordinator(config, discard_checkpoint)
         self.positions: dict[Key, int] = {}
         """The worker's offsets as of its latest answer (it owns them; this is a mirror)."""
@@ -158,8 +166,19 @@ class Daemon:
         return 0
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the loop: the batch in hand finishes, a last checkpoint
+        is written. Should that take longer than ``STOP_GRACE`` (a call into kafka-python
+        blocked on an unreachable or refusing broker), the process exits anyway: its state
+        is durable as of its last checkpoint, which is where the next start resumes."""
+        def stop(*_: object) -> None:
+            if not self.stop.is_set():
+                self.stop.set()
+                timer = threading.Timer(STOP_GRACE, _give_up)
+                timer.daemon = True
+                timer.start()
+
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.stop.set())
+            signal.signal(signum, stop)
 
     def _follow_assignment(self, source: KafkaSource, worker: Worker, batch: Records) -> set[Key]:
         """Give up the partitions revoked and restore those assigned. Returns the partitions
@@ -303,6 +322,9 @@ class Daemon:
     def _not_ready(self) -> str | None:
         if not self.connected:
             return "not connected to Kafka"
+        failing = self.coordinator.failing_for()
+        if failing is not None:
+            return f"no checkpoint for {failing:.0f} s: checkpoints are failing (see the log)"
         if self.fence.rebalancing:
             return "waiting for the consumer group to assign partitions"
         restoring = self.fence.assigned - self.owned
@@ -326,8 +348,16 @@ class Daemon:
 
     def _daemon_metrics(self) -> Iterator[Metric]:
         return consumer_metrics(
-            self.lag, self.connected, self.checkpoint_time, self.dead_lettered
+            self.lag, self.connected, self.coordinator.durable_as_of, self.dead_lettered,
+            self.coordinator.failures,
         )
+
+
+def _give_up() -> None:
+    log.warning("still stopping after %.1f s (a Kafka call is blocked); exiting now, the "
+                "state is durable as of the last checkpoint", STOP_GRACE)
+    logging.shutdown()
+    os._exit(0)
 
 
 def _names(keys: set[Key]) -> str:

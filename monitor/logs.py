@@ -22,7 +22,8 @@ FORMATS: tuple[Format, ...] = ("text", "json")
 _settings: tuple[Level, Format] = ("info", "text")
 
 _SECRET = re.compile(
-    r"(['\"]?(?:sasl_plain_password|ssl_password|password|sasl_oauth_token_provider)['\"]?"
+    r"(['\"]?(?:sasl_plain_password|ssl_password|ssl_keyfile|password|"
+    r"sasl_oauth_token_provider)['\"]?"
     r"\s*[:=]\s*)('[^']*'|\"[^\"]*\"|[^,\s})]+)",
     re.IGNORECASE,
 )
@@ -46,8 +47,8 @@ class JsonLines(logging.Formatter):
 
 
 class Redact(logging.Filter):
-    """Masks password-like arguments in a record's message (kafka-python's DEBUG records
-    print the configuration of the clients they build)."""
+    """Masks password-like arguments and key file paths in a record's message
+    (kafka-python's DEBUG records print the configuration of the clients they build)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

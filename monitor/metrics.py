@@ -287,7 +287,7 @@ BUILD = {
 
 def consumer_metrics(
     lag: dict[tuple[str, int], int], connected: bool, checkpoint_time: float | None,
-    dead_lettered: int,
+    dead_lettered: int, checkpoint_failures: int = 0,
 ) -> Iterator[Metric]:
     """The families only `searchmon run` has: Kafka consumer and checkpoint health."""
     families = GaugeMetricFamily(
@@ -304,9 +304,15 @@ def consumer_metrics(
     if checkpoint_time is not None:
         yield GaugeMetricFamily(
             "searchmon_checkpoint_timestamp_seconds",
-            "Wall-clock time of the newest durable checkpoint (what /metrics shows).",
+            "Wall-clock time of the newest durable checkpoint (what /metrics shows); the "
+            "process start until the first one.",
             value=checkpoint_time,
         )
+    yield CounterMetricFamily(
+        "searchmon_checkpoint_failures",
+        "Checkpoints that failed (state or ledger not written); each is retried.",
+        value=checkpoint_failures,
+    )
     yield CounterMetricFamily(
         "searchmon_dead_lettered", "Rejected messages copied to the dead-letter topic.",
         value=dead_lettered,

@@ -31,7 +31,15 @@ from typing import TypeVar
 from kafka.errors import KafkaError
 
 from monitor import codec, logs
-from monitor.checkpoint import CheckpointError, DirStore, KafkaStore, Key, Store, restore_unit
+from monitor.checkpoint import (
+    CheckpointError,
+    DirStore,
+    KafkaStore,
+    Key,
+    Store,
+    forget_inherited_lock,
+    restore_unit,
+)
 from monitor.codec import UnitState
 from monitor.config import Config
 from monitor.export import Export, export
@@ -332,6 +340,7 @@ def serve(
 ) -> None:
     """The worker process: answers each request in order; ends with its parent."""
     parents_end.close()  # else a parent killed with -9 would leave this end waiting forever
+    forget_inherited_lock()  # the state directory's lock goes with the consumer process
     parent = os.getppid()
     # Ctrl-C and SIGTERM reach the whole process group: the consumer process decides when the
     # worker stops (after its final checkpoint), so the signals are not for us.

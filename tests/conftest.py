@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from monitor.broker import Broker
 
 DATA = Path(__file__).parent / "data"
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script of the repository (not a package module), imported as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

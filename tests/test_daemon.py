@@ -72,7 +72,7 @@ def expected(partitions: list[list[bytes]]) -> list[Pipeline]:
 
 def start_daemon(
     tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = "",
-    fast_group: bool = True, options: tuple[str, ...] = (),
+    fast_group: bool = True, options: tuple[str, ...] = (), state_dir: Path | None = None,
 ) -> subprocess.Popen[str]:
     """``searchmon run`` with its configuration and state in ``tmp``; ``kafka`` and ``state``
     are more lines for those sections; ``fast_group``: the short group timings of the local
@@ -85,7 +85,7 @@ def start_daemon(
         f'dead_letter_topic = "{DEAD}"\n{kafka}'
         + "".join(f"{k} = {v}\n" for k, v in timings.items())
         + f'[http]\nlisten = "127.0.0.1:{port}"\n'
-        f'[state]\ndir = "{tmp / "state"}"\ncheckpoint_interval = "500ms"\n{state}'
+        f'[state]\ndir = "{state_dir or tmp / "state"}"\ncheckpoint_interval = "500ms"\n{state}'
     )
     with (tmp / "daemon.log").open("a") as log:  # a file: a pipe nobody reads fills up
         return subprocess.Popen(

@@ -6,7 +6,6 @@ promtool, amtool and prometheus come from Debian's packages, installed by the te
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -25,6 +24,7 @@ import yaml
 
 from monitor.broker import FAST_GROUP, Broker, free_port
 from monitor.generate import Regression, Traffic, World, events
+from tests.conftest import load_script
 from tests.test_exposition import get
 
 ROOT = Path(__file__).parent.parent
@@ -41,12 +41,7 @@ class DashboardBuild(Protocol):
 
 
 def _load_dashboard_build() -> DashboardBuild:
-    path = DEPLOY / "grafana" / "build.py"
-    spec = importlib.util.spec_from_file_location("build", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return cast(DashboardBuild, module)
+    return cast(DashboardBuild, load_script(DEPLOY / "grafana" / "build.py", "build"))
 
 
 dashboard_build = _load_dashboard_build()

@@ -1,0 +1,245 @@
+"""The daemon under faults: a second instance, a full or unwritable disk, SIGTERM while
+Kafka is unreachable, discarded checkpoints, secrets in DEBUG logs."""
+
+from __future__ import annotations
+
+import io
+import logging
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from monitor import logs
+from monitor.checkpoint import DirStore
+from tests.broker import Broker, free_port
+from tests.events import query
+from tests.test_daemon import EVENTS, log_of, scrape, start_daemon, wait_until_read
+from tests.test_exposition import get
+
+
+def wait_for(condition: object, what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def stop(daemon: subprocess.Popen[str]) -> None:
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+
+
+def test_a_second_daemon_on_one_state_directory_refuses_to_start(
+    tmp_path: Path, broker: Broker
+) -> None:
+    group = f"g-{uuid.uuid4().hex}"
+    first = start_daemon(tmp_path, broker, group, free_port())
+    try:
+        wait_for(lambda: (tmp_path / "state" / ".lock").exists()
+                 and b"pid" in (tmp_path / "state" / ".lock").read_bytes(), "locked")
+        second = start_daemon(tmp_path, broker, group, free_port())
+        second.wait(timeout=60)
+        assert second.returncode == 2, log_of(tmp_path)
+        assert f"in use by another searchmon (pid {first.pid} on" in log_of(tmp_path)
+        assert first.poll() is None, "the first one runs on"
+    finally:
+        stop(first)
+    assert first.returncode == 0, log_of(tmp_path)
+
+
+@contextmanager
+def mounted(at: Path, options: str) -> Iterator[Path]:
+    """A small file system of its own (tmpfs) at ``at``."""
+    at.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(at)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield at
+    finally:
+        subprocess.run(["umount", "-l", str(at)], check=False)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB file system, to be filled up."""
+    with mounted(tmp_path / "disk", "size=2m") as disk:
+        yield disk
+
+
+@pytest.fixture
+def read_only_disk(tmp_path: Path) -> Iterator[Path]:
+    """A file system mounted read-only (as root, permissions would not stop a write)."""
+    with mounted(tmp_path / "ro", "ro,size=1m") as disk:
+        yield disk
+
+
+def fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with filler.open("wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_stops_checkpoints_not_the_daemon(
+    tmp_path: Path, broker: Broker, tiny_disk: Path
+) -> None:
+    """ENOSPC on the partitions' checkpoints and on the ledger alike: the daemon keeps
+    consuming and serving, counts the failures, says not ready after three intervals,
+    retries, and once there is room again checkpoints (and exports) everything."""
+    broker.create_topics({"full-events": 2, "full-judgments": 1})
+    first = broker.produce("full-events", [
+        (f"s{i}".encode(), query(f"a{i}", i, f"s{i}", f"q{i}")) for i in range(50)
+    ])
+    port = free_port()
+    daemon = start_daemon(
+        tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
+        kafka='events_topic = "full-events"\njudgments_topic = "full-judgments"\n',
+        state_dir=tiny_disk / "state",
+    )
+    try:
+        wait_until_read(port, first)
+        wait_for(lambda: (tiny_disk / "state" / "ledger.bin").exists(), "a first checkpoint")
+        filler = fill(tiny_disk)
+        rest = broker.produce("full-events", [
+            (f"t{i}".encode(), query(f"b{i}", 100 + i, f"t{i}", f"r{i}")) for i in range(50)
+        ])
+        wait_for(lambda: scrape(port).get("searchmon_checkpoint_failures_total", 0) >= 3,
+                 "checkpoint failures are counted")
+        assert daemon.poll() is None, log_of(tmp_path)
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 503,
+                 "not ready while checkpoints fail")
+        assert "checkpoints are failing" in get(f"http://127.0.0.1:{port}/readyz")[1]
+        assert scrape(port)["searchmon_events_read_total"] == first, "/metrics: the durable"
+        filler.unlink()
+        wait_until_read(port, first + rest)
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200, "ready again")
+    finally:
+        stop(daemon)
+    assert daemon.returncode == 0, log_of(tmp_path)
+    assert "No space left on device" in log_of(tmp_path)
+
+
+def test_a_daemon_that_never_checkpoints_is_visible(
+    tmp_path: Path, broker: Broker, read_only_disk: Path
+) -> None:
+    """A read-only state directory from the start: the checkpoint gauge is exported from the
+    start (the process start), failures are counted, /readyz says why."""
+    broker.create_topics({"ro-events": 1, "ro-judgments": 1})
+    broker.produce("ro-events", [(b"s", query("e1", 0, "s", "q"))])
+    port = free_port()
+    started = time.time()
+    daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
+                          kafka='events_topic = "ro-events"\njudgments_topic = "ro-judgments"\n',
+                          state_dir=read_only_disk)
+    try:
+        wait_for(lambda: "searchmon_checkpoint_timestamp_seconds" in scrape(port), "gauge")
+        assert started - 5 <= scrape(port)["searchmon_checkpoint_timestamp_seconds"]
+        wait_for(lambda: scrape(port).get("searchmon_checkpoint_failures_total", 0) > 0,
+                 "failures counted")
+        frozen = scrape(port)["searchmon_checkpoint_timestamp_seconds"]
+        failures = scrape(port)["searchmon_checkpoint_failures_total"]
+        wait_for(lambda: scrape(port)["searchmon_checkpoint_failures_total"] >= failures + 3,
+                 "retried, failing again")
+        assert scrape(port)["searchmon_checkpoint_timestamp_seconds"] == frozen
+        assert frozen <= time.time() - 1, "the alert on its age can fire"
+        wait_for(lambda: "checkpoints are failing" in get(f"http://127.0.0.1:{port}/readyz")[1],
+                 "not ready")
+        assert daemon.poll() is None, log_of(tmp_path)
+    finally:
+        stop(daemon)
+    assert daemon.returncode == 0, log_of(tmp_path)
+
+
+@contextmanager
+def frozen_broker() -> Iterator[str]:
+    """A TCP port that accepts connections and never answers (a broker stopped with SIGSTOP,
+    or a black-holed path that still completes handshakes)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not done.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        for connection in held:
+            connection.close()
+        server.close()
+
+
+def test_sigterm_while_kafka_does_not_answer_exits_promptly(tmp_path: Path) -> None:
+    """The broker accepts connections and never answers: the loop is stuck in kafka-python;
+    SIGTERM still ends the process (its state is durable) well before kafka-python would
+    give up."""
+    with frozen_broker() as address:
+        nobody = Broker()
+        nobody.address = address
+        port = free_port()
+        daemon = start_daemon(tmp_path, nobody, "frozen", port)
+        wait_for(lambda: bool(scrape(port)), "/metrics served")
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=15)  # kafka-python's bootstrap alone blocked for 20-30 s
+    assert daemon.returncode == 0, log_of(tmp_path)
+
+
+def test_every_discarded_checkpoint_is_kept(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    keys = {(EVENTS, p) for p in range(3)}
+    for key in keys:
+        store.path(key).parent.mkdir(parents=True, exist_ok=True)
+        store.path(key).write_bytes(b"garbage " + str(key).encode())
+    store.discard(keys)
+    store.discard(set())
+    for key in keys:
+        store.path(key).write_bytes(b"more garbage " + str(key).encode())
+    store.discard(keys)
+    kept = sorted(p.name for p in store.path((EVENTS, 0)).parent.iterdir())
+    assert len([name for name in kept if ".discarded" in name]) == 6, kept
+
+
+def test_secrets_stay_out_of_debug_logs() -> None:
+    from kafka.admin import KafkaAdminClient
+
+    logs.setup("debug")
+    stream = io.StringIO()
+    handler = logging.getLogger().handlers[0]
+    handler.setStream(stream)  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(Exception):  # noqa: B017 (nobody listens: any failure will do)
+            KafkaAdminClient(
+                bootstrap_servers=f"127.0.0.1:{free_port()}", security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="PLAIN", sasl_plain_username="u",
+                sasl_plain_password="s3cret-value", ssl_keyfile="/etc/secret/key.pem",
+                request_timeout_ms=500, api_version_auto_timeout_ms=500,
+            )
+    finally:
+        logs.setup("info")
+    text = stream.getvalue()
+    assert "Starting KafkaAdminClient with configuration" in text
+    assert "s3cret-value" not in text and "/etc/secret/key.pem" not in text
