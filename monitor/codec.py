@@ -102,6 +102,9 @@ class UnitState:
     fingerprint: dict[str, str]
     """Per section of ``STATE_SETTINGS``: a digest of those settings when this was written."""
     pipeline: PipelineState
+    topic_id: str | None = None
+    """The id the brokers gave the topic (where they give one): a topic deleted and created
+    again has another, and its partitions are then read from their start."""
 
 
 T = TypeVar("T")

@@ -88,7 +88,10 @@ class CheckpointCoordinator:
         # rebalance listener may be holding up.
         with fence.lock:
             keys = (owned & source.assignment()) - fence.revoked
-            answer = worker.request(Checkpoint(frozenset(keys)), Checkpointed)
+            answer = worker.request(
+                Checkpoint(frozenset(keys), topic_ids(source, {key[0] for key in keys})),
+                Checkpointed,
+            )
         if answer is None:
             self.failures += 1  # the worker logged why; its state stays as it was
             return None
@@ -136,3 +139,21 @@ class CheckpointCoordinator:
                         error.strerror or error)
             return False
         return True
+
+
+def topic_ids(source: KafkaSource, topics: Iterable[str]) -> dict[str, str]:
+    """The topic ids of the brokers' metadata (Kafka 2.8 and later give them)."""
+    ids = {}
+    for topic in topics:
+        found = topic_id(source, topic)
+        if found is not None:
+            ids[topic] = found
+    return ids
+
+
+def topic_id(source: KafkaSource, topic: str) -> str | None:
+    try:  # kafka-python keeps them in its cluster metadata, not in a public method
+        found = source.consumer._client.cluster.topic_id(topic)
+    except AttributeError:
+        return None
+    return str(found) if found is not None and found.int != 0 else None

@@ -37,7 +37,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from monitor import checkpoint
 from monitor.config import Config
-from monitor.coordinator import LEDGER_FILE, CheckpointCoordinator
+from monitor.coordinator import LEDGER_FILE, CheckpointCoordinator, topic_id
 from monitor.export import Export
 from monitor.http import MetricsServer
 from monitor.merge import Key
@@ -212,9 +212,23 @@ class Daemon:
             self._restore_after = time.monotonic() + 2.0
             return new
         source.resume(new)
+        recreated = set()
         for key, restored in answer.restored.items():
-            if restored.offset is not None:  # the checkpoint, not the committed offset
+            now = topic_id(source, key[0])
+            if restored.topic_id is not None and now is not None and now != restored.topic_id:
+                log.warning(
+                    "%s/%d: the topic was deleted and created again (its id was %s, is %s); "
+                    "reading the partition from its start", *key, restored.topic_id, now,
+                )
+                recreated.add(key)
+            elif restored.offset is not None:  # the checkpoint, not the committed offset
                 source.seek(key, restored.offset)
+        if recreated:
+            for key in recreated:
+                source.seek_to_beginning(key)
+            rewound = worker.request(Rewind(frozenset(recreated)), Rewound)
+            if rewound is not None:
+                answer.offsets.update(rewound.offsets)
         self.positions.update(answer.offsets)
         owned = self.owned | new
         self.coordinator.acquired(

@@ -72,6 +72,8 @@ class Restored:
     offset: int | None
     view: Export
     writer: str | None
+    topic_id: str | None = None
+    """The id the broker gave the topic when the checkpoint was written (None: unknown)."""
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -106,6 +108,9 @@ class Process:
 @dataclass(frozen=True)
 class Checkpoint:
     keys: frozenset[Key]
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """The brokers' topic ids (where they give them), kept in the checkpoints: a topic
+    deleted and created again is then recognised by its new id."""
 
 
 @dataclass(frozen=True)
@@ -207,8 +212,8 @@ class PartitionStates:
             case Rewind(keys):
                 self.rewind(set(keys))
                 return Rewound(dict(self.offsets))
-            case Checkpoint(keys):
-                written, written_at = self.checkpoint(set(keys))
+            case Checkpoint(keys, topic_ids):
+                written, written_at = self.checkpoint(set(keys), topic_ids)
                 return Checkpointed(written, written_at, dict(self.offsets))
             case Drop(keys):
                 self.drop(set(keys))
@@ -224,14 +229,14 @@ class PartitionStates:
         for key in sorted(keys - self.units.keys()):
             unit = restored.get(key)
             if unit is None:
-                pipeline, offset, writer = Pipeline(self.config), None, None
+                pipeline, offset, writer, topic_id = Pipeline(self.config), None, None, None
             else:
                 state, pipeline = unit
-                offset, writer = state.offset, state.writer
+                offset, writer, topic_id = state.offset, state.writer, state.topic_id
                 log.info("%s/%d: restored its checkpoint at offset %d", *key, offset)
             self.units[key] = pipeline
             self.offsets[key] = offset or 0
-            answers[key] = Restored(offset, export(pipeline), writer)
+            answers[key] = Restored(offset, export(pipeline), writer, topic_id)
         self._join()
         return answers
 
@@ -304,15 +309,18 @@ class PartitionStates:
             self.dirty.add(self.offline)  # type: ignore[arg-type]
         return letters
 
-    def checkpoint(self, keys: set[Key]) -> tuple[dict[Key, tuple[int, Export]], float]:
+    def checkpoint(
+        self, keys: set[Key], topic_ids: dict[str, str] | None = None
+    ) -> tuple[dict[Key, tuple[int, Export]], float]:
         """Make the state of ``keys`` that changed durable; returns their offsets and
         exported views (nothing is written when nothing changed)."""
         written_at = time.time()
         changed = keys & self.dirty
+        ids = topic_ids or {}
         self.store.save({
             key: codec.encode("unit", UnitState(
                 key[0], key[1], self.offsets[key], written_at, self.replica, self.fingerprint,
-                self.units[key].snapshot(),
+                self.units[key].snapshot(), ids.get(key[0]),
             ))
             for key in sorted(changed)
         })

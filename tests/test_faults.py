@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from kafka.admin import KafkaAdminClient
 
 from monitor import logs
 from monitor.checkpoint import DirStore
@@ -243,3 +244,40 @@ def test_secrets_stay_out_of_debug_logs() -> None:
     text = stream.getvalue()
     assert "Starting KafkaAdminClient with configuration" in text
     assert "s3cret-value" not in text and "/etc/secret/key.pem" not in text
+
+
+def test_a_topic_created_again_and_refilled_is_read_from_its_start(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Checkpoints keep the topic's id: a topic deleted, created again and filled past the
+    checkpointed offset before the daemon looks (so its log end says nothing) is recognised
+    by its new id and read from its start, with a warning, instead of skipping records."""
+    topic = f"again-{uuid.uuid4().hex[:8]}"
+    kafka = f'events_topic = "{topic}"\njudgments_topic = "{topic}-judgments"\n'
+    broker.create_topics({topic: 1, f"{topic}-judgments": 1})
+    first = broker.produce(topic, [(b"s", query(f"a{i}", i, "s", f"q{i}")) for i in range(10)])
+    port = free_port()
+    group = f"g-{uuid.uuid4().hex}"
+    daemon = start_daemon(tmp_path, broker, group, port, kafka=kafka)
+    try:
+        wait_until_read(port, first)
+        wait_for(lambda: any((tmp_path / "state" / "checkpoints").glob(f"{topic}-0.ckpt")),
+                 "a checkpoint")
+    finally:
+        stop(daemon)
+    admin = KafkaAdminClient(bootstrap_servers=broker.address)
+    try:
+        admin.delete_topics([topic])
+        wait_for(lambda: topic not in admin.list_topics(), "deleted")
+        broker.create_topics({topic: 1})
+    finally:
+        admin.close()
+    second = broker.produce(topic, [
+        (b"s", query(f"b{i}", 100 + i, "t", f"r{i}")) for i in range(25)
+    ])
+    daemon = start_daemon(tmp_path, broker, group, port, kafka=kafka)
+    try:
+        wait_until_read(port, first + second)
+    finally:
+        stop(daemon)
+    assert "deleted and created again" in log_of(tmp_path)
