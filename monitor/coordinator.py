@@ -82,6 +82,7 @@ class CheckpointCoordinator:
         """Make the state durable, export it, then commit its offsets."""
         self._last = time.monotonic()
         if not source.flush_dead_letters():  # before their offsets move
+            self.failures += 1  # the dead-letter topic does not acknowledge the copies
             return None
         # A rebalance waits for a checkpoint in progress, and the partitions it revokes are
         # never written again. Nothing in here needs the consumer's I/O thread, which the

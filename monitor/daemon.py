@@ -83,7 +83,9 @@ class Daemon:
         self.owned: set[Key] = set()
         self.connected = False
         self.lag: dict[Key, int] = {}
-        self.dead_lettered = 0
+        self.source: KafkaSource | None = None
+        """The Kafka source once made (its dead-letter counts are exported)."""
+        """The Kafka source while connected (its dead-letter counts are exported)."""
         self.stop = threading.Event()
         self.fence = RebalanceFence()
         self._worker: Worker | None = None
@@ -101,6 +103,15 @@ class Daemon:
     @property
     def exported(self) -> Export:
         return self.coordinator.exported
+
+    @property
+    def dead_lettered(self) -> int:
+        """Copies the dead-letter topic has acknowledged (this process)."""
+        return self.source.dead_lettered if self.source else 0
+
+    @property
+    def dead_letters_truncated(self) -> int:
+        return self.source.dead_letters_truncated if self.source else 0
 
     @property
     def checkpoint_time(self) -> float | None:
@@ -133,7 +144,7 @@ class Daemon:
                 self.turned = time.monotonic()
                 if source is None:
                     try:
-                        source = KafkaSource(self.config, self.fence)
+                        source = self.source = KafkaSource(self.config, self.fence)
                         self.connected = True
                         backoff = 1.0
                     except KafkaError as error:
@@ -294,7 +305,7 @@ class Daemon:
         self.progressed = time.monotonic()
         batch, self._in_flight = self._in_flight, None
         if answer.letters:
-            self.dead_lettered += source.dead_letter(batch, answer.letters)
+            source.dead_letter(batch, answer.letters)
 
     def _checkpoint(self, source: KafkaSource, worker: Worker) -> None:
         self._settle(source, worker)
@@ -362,8 +373,8 @@ class Daemon:
 
     def _daemon_metrics(self) -> Iterator[Metric]:
         return consumer_metrics(
-            self.lag, self.connected, self.coordinator.durable_as_of, self.dead_lettered,
-            self.coordinator.failures,
+            self.lag, self.connected, self.coordinator.durable_as_of,
+            self.dead_lettered, self.coordinator.failures, self.dead_letters_truncated,
         )
 
 

@@ -287,7 +287,7 @@ BUILD = {
 
 def consumer_metrics(
     lag: dict[tuple[str, int], int], connected: bool, checkpoint_time: float | None,
-    dead_lettered: int, checkpoint_failures: int = 0,
+    dead_lettered: int, checkpoint_failures: int = 0, dead_letters_truncated: int = 0,
 ) -> Iterator[Metric]:
     """The families only `searchmon run` has: Kafka consumer and checkpoint health."""
     families = GaugeMetricFamily(
@@ -314,6 +314,12 @@ def consumer_metrics(
         value=checkpoint_failures,
     )
     yield CounterMetricFamily(
-        "searchmon_dead_lettered", "Rejected messages copied to the dead-letter topic.",
+        "searchmon_dead_lettered",
+        "Rejected messages copied to the dead-letter topic (acknowledged by it).",
         value=dead_lettered,
+    )
+    yield CounterMetricFamily(
+        "searchmon_dead_letters_truncated",
+        "Dead-letter copies cut to fit the producer's or the broker's size limit.",
+        value=dead_letters_truncated,
     )

@@ -151,8 +151,8 @@ class Pipeline:
         self._class_index = self.classes.index
         self.judged = Judged(config.offline)
         self._ubi = UbiReader(config.ubi)
-        self._minutes: dict[str, float] = {}
-        """Epoch seconds of ``YYYY-MM-DDTHH:MM`` prefixes of timestamps (``_seconds``)."""
+        self._seconds_of: dict[str, float] = {}
+        """Epoch seconds of ``YYYY-MM-DDTHH:MM:SS`` prefixes of timestamps (``_seconds``)."""
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
         messages and live queries then wait in ``forwarded`` for ``forward_to``."""
@@ -217,22 +217,21 @@ class Pipeline:
     def _seconds(self, stamp: str) -> float | None:
         """Epoch seconds of an ISO 8601 timestamp with an offset; None when it has none or is
         malformed. The usual form, ``YYYY-MM-DDTHH:MM:SS.fffZ``, is read through a cache of
-        its minutes (exactly what ``fromisoformat`` reads); any other, by ``fromisoformat``."""
-        if (
-            len(stamp) == 24 and stamp[23] == "Z" and stamp[19] == "." and stamp[16] == ":"
-            and stamp[17:19].isdigit() and stamp[20:23].isdigit() and stamp[17] < "6"
-            and stamp[17:19].isascii() and stamp[20:23].isascii()
-        ):
-            minute = self._minutes.get(stamp[:16])
-            if minute is None:
-                try:
-                    parsed = fromisoformat(stamp[:16] + ":00+00:00")
-                except ValueError:
-                    return None
-                if len(self._minutes) >= 4096:
-                    self._minutes.clear()
-                minute = self._minutes[stamp[:16]] = parsed.timestamp()
-            return minute + int(stamp[17:19]) + int(stamp[20:23]) / 1000.0
+        its seconds, each read once by ``fromisoformat`` (so exactly what it reads); any
+        other form by ``fromisoformat`` itself."""
+        if len(stamp) == 24 and stamp[23] == "Z" and stamp[4:20:3] == "--T::.":
+            millis = stamp[20:23]
+            if millis.isdigit() and millis.isascii():
+                second = self._seconds_of.get(stamp[:19])
+                if second is None:
+                    try:
+                        parsed = fromisoformat(stamp[:19] + "+00:00")
+                    except ValueError:
+                        return None
+                    if len(self._seconds_of) >= 4096:
+                        self._seconds_of.clear()
+                    second = self._seconds_of[stamp[:19]] = parsed.timestamp()
+                return second + int(millis) / 1000.0
         try:
             parsed = fromisoformat(stamp)
         except ValueError:

@@ -216,3 +216,29 @@ def test_the_daemon_rejects_what_is_ahead_of_its_clock() -> None:
     assert ahead is not None and ahead.reason is Reason.FUTURE_TIMESTAMP
     assert "300 s ahead of" in ahead.detail
     assert pipeline.feed(query("e2", TEN + 299, "s1", "q2")) is None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(
+    st.tuples(st.integers(0, 23), st.sampled_from("0123456789:.-TZz +\u0663\uff10")),
+    min_size=1, max_size=3,
+))
+def test_timestamps_of_the_usual_form_read_as_fromisoformat_reads_them(
+    changes: list[tuple[int, str]],
+) -> None:
+    """The cached reading of ``YYYY-MM-DDTHH:MM:SS.fffZ`` agrees with fromisoformat on
+    every variation of that form: the same instant, or a rejection."""
+    from datetime import datetime
+
+    text = list("2026-11-22T10:00:05.250Z")
+    for index, character in changes:
+        text[index] = character
+    stamp = "".join(text)
+    try:
+        parsed = datetime.fromisoformat(stamp)
+        want = parsed.timestamp() if parsed.tzinfo is not None else None
+    except ValueError:
+        want = None
+    got = Pipeline(DEFAULT)._seconds(stamp)
+    assert (got is None) == (want is None), stamp
+    assert got is None or want is None or abs(got - want) < 1e-6, stamp
