@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 Records = dict[TopicPartition, list[Any]]
 """What a poll returns: each partition's records, in offset order."""
 
+FETCH_SILENCE = 30.0
+"""Seconds of reading partitions without a fetch answer before the broker counts as gone."""
 MAX_COPY_BYTES = 1_048_576
 """The dead-letter producer's ``max_request_size`` (kafka-python's default; below the
 broker's default ``message.max.bytes``, 1048588): larger copies are cut to fit."""
@@ -138,8 +140,12 @@ class KafkaSource:
             heartbeat_interval_ms=kafka.heartbeat_interval_ms,
             max_poll_interval_ms=kafka.max_poll_interval_ms,
             client_id="searchmon",
+            # fetch-rate over the last 20 s: a broker that stops answering shows within 40 s
+            metrics_sample_window_ms=10_000, metrics_num_samples=2,
             **options,
         )
+        self._fetched: tuple[frozenset[Key], float] = (frozenset(), time.monotonic())
+        """The partitions read, and since when (``connected``)."""
         fence.rebalancing = True  # until the group of this new consumer assigns
         self.consumer.subscribe([kafka.events_topic, kafka.judgments_topic], listener=fence)
         self.producer: KafkaProducer | None = None
@@ -212,7 +218,27 @@ class KafkaSource:
         return len(partitions) if partitions else None
 
     def connected(self) -> bool:
-        return _connection_count(self.consumer) > 0
+        """Open connections to the brokers, and, while partitions are being read, fetch
+        answers coming back: a broker that accepts connections and answers nothing (frozen,
+        or behind a black hole) counts as disconnected once no fetch completed for
+        ``FETCH_SILENCE`` seconds of reading the same partitions."""
+        try:
+            metrics = self.consumer.metrics()
+            connections = float(metrics["consumer-metrics"]["connection-count"])
+            fetches = float(metrics.get("consumer-fetch-manager-metrics", {}).get(
+                "fetch-rate", 0.0
+            ))
+        except (KeyError, TypeError, ValueError):
+            return False
+        if connections <= 0:
+            return False
+        reading = frozenset(self.assignment()) - frozenset(
+            (tp.topic, tp.partition) for tp in self.consumer.paused()
+        )
+        if reading != self._fetched[0]:
+            self._fetched = (reading, time.monotonic())
+        silent = time.monotonic() - self._fetched[1] > FETCH_SILENCE and fetches <= 0
+        return not (reading and silent)
 
     @property
     def dead_letters_unacknowledged(self) -> int:
@@ -397,9 +423,4 @@ def _highwater(consumer: KafkaConsumer, partition: TopicPartition) -> int | None
     return highwater
 
 
-def _connection_count(consumer: KafkaConsumer) -> float:
-    """Open broker connections, from kafka-python's own consumer metrics."""
-    try:
-        return float(consumer.metrics()["consumer-metrics"]["connection-count"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
+

@@ -281,3 +281,31 @@ def test_a_topic_created_again_and_refilled_is_read_from_its_start(
     finally:
         stop(daemon)
     assert "deleted and created again" in log_of(tmp_path)
+
+
+def test_a_frozen_broker_is_seen_as_disconnected(tmp_path: Path) -> None:
+    """The broker process stopped (SIGSTOP): its connections stay open and nothing answers.
+    The connected gauge drops and /readyz answers 503; after SIGCONT both recover."""
+    broker = Broker().start()
+    daemon = None
+    try:
+        broker.create_topics({EVENTS: 1, "search-judgments": 1})
+        sent = broker.produce(EVENTS, [(b"s", query("e1", 0, "s", "q"))])
+        port = free_port()
+        daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port)
+        wait_until_read(port, sent)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: scrape(port).get("searchmon_broker_connected") == 0.0,
+                     "the frozen broker is seen", seconds=120)
+            assert get(f"http://127.0.0.1:{port}/readyz")[0] == 503
+        finally:
+            broker.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: scrape(port).get("searchmon_broker_connected") == 1.0,
+                 "connected again", seconds=120)
+    finally:
+        if daemon is not None:
+            stop(daemon)
+        broker.stop()
+    assert daemon is not None and daemon.returncode == 0, log_of(tmp_path)
