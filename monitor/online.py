@@ -310,6 +310,9 @@ class Sessions:
     """Events later than this are rejected (``future_timestamp``); set by the source."""
     behind: int = 0
     """Events that arrived behind the watermark since this process started (not state)."""
+    resolving: bool = False
+    """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
+    the pipeline (UBI events), so that other events pay nothing for it."""
     query_sessions: dict[str, str] | None = None
     """The open session of each query id the open sessions remember: built when the first
     event to resolve through its query id (``SESSION_OF_QUERY``) comes, kept from then on
@@ -392,6 +395,7 @@ class Sessions:
         self.unmatched_clicks = state.unmatched_clicks
         self.due = {}
         self.query_sessions = None
+        self.resolving = any(i.startswith(SESSION_OF_QUERY) for i in w.session_id)
         for session_id, session in self.open.items():
             self._schedule(session_id, session.last + self._timeout)
 
@@ -510,10 +514,10 @@ class Sessions:
     def _settle(self, ready: list[Accepted]) -> None:
         """Apply waiting events the watermark has passed, in the (time) order given."""
         sessions, timeout, apply = self.open, self._timeout, self._apply
-        due, width = self.due, self.bucket_seconds
+        due, width, resolving = self.due, self.bucket_seconds, self.resolving
         for event in ready:
             time, session_id = event[0], event[3]
-            if session_id.startswith(SESSION_OF_QUERY):
+            if resolving and session_id.startswith(SESSION_OF_QUERY):
                 session_id = self._resolve(session_id, event[4])
             session = sessions.get(session_id)
             if session is not None:

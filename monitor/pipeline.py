@@ -44,6 +44,7 @@ from monitor.online import (
     DWELL,
     IMPRESSION,
     QUERY,
+    SESSION_OF_QUERY,
     Accepted,
     CountersState,
     OnlineCounters,
@@ -257,7 +258,9 @@ class Pipeline:
         if type(decoded) is IgnoredAction:
             health.ignored_actions += 1
             return None
-        if not isinstance(decoded, dict):
+        if not isinstance(decoded, dict):  # a UBI event or query
+            if decoded.session_id.startswith(SESSION_OF_QUERY):  # type: ignore[union-attr]
+                self.sessions.resolving = True
             return decoded  # type: ignore[return-value]
         if decoded["type"] == "judgment" or decoded["type"] == "qrels":
             return self._judged(decoded)

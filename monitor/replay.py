@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import gzip
 import heapq
+import itertools
 import json
 import logging
 import struct
@@ -113,23 +114,35 @@ def replay_files(
 
 
 def lines(path: Path) -> Iterator[Line]:
-    """The lines of a file as they are, ``_bulk`` action lines turned into the hint of the
-    document line after them (a ``delete`` action has none)."""
+    """The lines of a file as they are. A file whose first line is a ``_bulk`` action is
+    a ``_bulk`` export: its action lines become the hint of the document line after them (a
+    ``delete`` action has none)."""
     source = str(path)
+    with open_events(path) as stream:
+        first = stream.readline()
+        if not first:
+            return
+        if first.startswith(BULK_ACTIONS) and _bulk_action(first) is not None:
+            yield from _bulk_lines(source, first, stream)
+            return
+        yield source, 1, first, None
+        yield from ((source, number, line, None) for number, line in enumerate(stream, 2))
+
+
+def _bulk_lines(source: str, first: bytes, stream: BinaryIO) -> Iterator[Line]:
     hint: str | None = None
     expect_document = False
-    with open_events(path) as stream:
-        for number, line in enumerate(stream, 1):
-            if line.startswith(BULK_ACTIONS) and not expect_document:
-                action = _bulk_action(line)
-                if action is not None:
-                    kind, hint = action
-                    expect_document = kind != "delete"
-                    continue
-            if expect_document and hint is not None and line.startswith(b'{"doc"'):
-                line = _unwrap_update(line)
-            yield source, number, line, hint
-            expect_document = False
+    for number, line in enumerate(itertools.chain([first], stream), 1):
+        if line.startswith(BULK_ACTIONS) and not expect_document:
+            action = _bulk_action(line)
+            if action is not None:
+                kind, hint = action
+                expect_document = kind != "delete"
+                continue
+        if expect_document and hint is not None and line.startswith(b'{"doc"'):
+            line = _unwrap_update(line)
+        yield source, number, line, hint
+        expect_document = False
 
 
 def _bulk_action(line: bytes) -> tuple[str, str | None] | None:

@@ -1,4 +1,4 @@
-"""Small builders of wire-format events for tests (CONTRACT section 2)."""
+"""Small builders of wire-format events for tests (README: "Events")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every definition of CONTRACT section 3 on small hand-made sessions."""
+"""Every definition of the online metrics (README: "Online metrics") on small hand-made
+sessions."""
 
 from __future__ import annotations
 
