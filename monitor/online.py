@@ -9,7 +9,7 @@ clicks, never its events, so memory per open session is small and bounded.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,11 +181,12 @@ class Session:
 # Kinds of accepted events, in the order the events of one instant are applied.
 QUERY, IMPRESSION, CLICK, DWELL, CONVERSION = 0, 1, 2, 3, 4
 
-Accepted = tuple[float, int, str, str, str | None, int, float | None]
+Accepted = tuple[float, int, str, str, str | None, int, float | str | None]
 """An accepted event as the sessionizer keeps it until it applies it: ``(time, kind,
 event_id, session_id, query_id, a, b)``; ``a``: the class index of a query, the 1-based
 position of a click or impression (0: not given), else 0; ``b``: the dwell in milliseconds
-of a click or dwell event, 0.0 for a query whose results were not logged, else None.
+of a click or dwell event, 0.0 for a query whose results were not logged, the document of
+an impression, else None.
 Events sort by time, then kind, then id: the order they are applied in, whatever their order
 of arrival (ids are unique: duplicates are rejected before)."""
 
@@ -218,6 +219,18 @@ class SessionsState:
     next_due: Float | None
     next_settle: Float | None
     unmatched_clicks: Int
+    shown: dict[str, ShownState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShownState:
+    """A query whose result list was not logged: its text, class and time once applied, and
+    the documents its impressions showed, by position."""
+
+    text: str
+    klass: Int | None
+    time: Float | None
+    docs: list[tuple[Int, str]]
 
 
 @dataclass(frozen=True)
@@ -230,7 +243,7 @@ class WaitingState:
     session_id: list[str]
     query_id: list[str | None]
     a: list[Int]
-    b: list[Float | None]
+    b: list[Float | str | None]
 
 
 def _restore_session(
@@ -310,6 +323,12 @@ class Sessions:
     """Events later than this are rejected (``future_timestamp``); set by the source."""
     behind: int = 0
     """Events that arrived behind the watermark since this process started (not state)."""
+    shown: dict[str, list[Any]] = field(default_factory=dict)
+    """Queries whose result list was not logged, by id: ``[text, class, time, {position:
+    doc}]``, the class and time once the query is applied; their impressions rebuild the
+    served list, handed to ``served`` when the query leaves its session's memory."""
+    served: Callable[[int, float, str, list[str]], None] | None = None
+    """Where a rebuilt served list goes (the qrels join); set by the pipeline."""
     resolving: bool = False
     """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
     the pipeline (UBI events), so that other events pay nothing for it."""
@@ -342,6 +361,10 @@ class Sessions:
             next_due=finite_or_none(self.next_due),
             next_settle=finite_or_none(self.next_settle),
             unmatched_clicks=self.unmatched_clicks,
+            shown={
+                query_id: ShownState(text, klass, time, sorted(docs.items()))
+                for query_id, (text, klass, time, docs) in self.shown.items()
+            },
         )
 
     def restore(self, state: SessionsState, classes: int) -> None:
@@ -396,6 +419,14 @@ class Sessions:
         self.due = {}
         self.query_sessions = None
         self.resolving = any(i.startswith(SESSION_OF_QUERY) for i in w.session_id)
+        require(
+            all(e.klass is None or 0 <= e.klass < classes for e in state.shown.values()),
+            "shown results: a class index out of range",
+        )
+        self.shown = {
+            query_id: [e.text, e.klass, e.time, dict(e.docs)]
+            for query_id, e in state.shown.items()
+        }
         for session_id, session in self.open.items():
             self._schedule(session_id, session.last + self._timeout)
 
@@ -601,6 +632,9 @@ class Sessions:
 
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
+        if self.shown:
+            for known in _query_ids(session):
+                self._served(known)
         index = self.query_sessions
         if index is not None:
             for known in _query_ids(session):
@@ -624,6 +658,20 @@ class Sessions:
 
     # --- the counts taken on arrival (the pipeline counts queries, impressions, zero results)
 
+    def await_impressions(self, query_id: str, text: str) -> None:
+        """A query whose result list was not logged: its impressions will rebuild it."""
+        self.shown[query_id] = [text, None, None, {}]
+
+    def _served(self, query_id: str) -> None:
+        """A query leaves its session's memory: its rebuilt served list (if its results were
+        not logged and impressions showed some) goes to the qrels join."""
+        entry = self.shown.pop(query_id, None)
+        if entry is None:
+            return
+        text, klass, time, docs = entry
+        if klass is not None and docs and self.served is not None:
+            self.served(klass, time, text, [doc for _, doc in sorted(docs.items())])
+
     def count_latency(self, klass: int, seconds: float) -> None:
         latency = self.counters.query_latency
         latency.counts[klass][bisect_left(latency.bounds, seconds)] += 1
@@ -638,15 +686,17 @@ class Sessions:
             self._query(session, a, query_id, time, b is not None, session_id)
         elif kind == CLICK:
             session.flags |= CLICKED | CLICK_AFTER
-            if b is not None and b >= self._success_dwell_ms:
+            if b is not None and b >= self._success_dwell_ms:  # type: ignore[operator]
                 session.flags |= SUCCESSFUL
             if query_id is None or not self._credit_click(session, query_id, time, a):
                 self._orphan(session, CLICK, query_id, time, a)
         elif kind == IMPRESSION:
             if not self._credit_impression(session, query_id):
                 self._orphan(session, IMPRESSION, query_id, time, a)
+            elif a and type(b) is str and query_id in self.shown:
+                self.shown[query_id][3].setdefault(a, b)
         elif kind == DWELL:
-            if b is not None and b >= self._success_dwell_ms:
+            if b is not None and b >= self._success_dwell_ms:  # type: ignore[operator]
                 session.flags |= SUCCESSFUL
         else:
             session.flags |= SUCCESSFUL
@@ -677,6 +727,8 @@ class Sessions:
             if len(older) >= self._older_slots:
                 forgotten = older[0]
                 del older[:4]
+                if self.shown and forgotten not in _query_ids(session):
+                    self._served(forgotten)
                 index = self.query_sessions
                 if index is not None and index.get(forgotten) == session_id and (
                     forgotten not in _query_ids(session) and forgotten != query_id
@@ -689,6 +741,9 @@ class Sessions:
         session.flags &= ~QUERY_BITS
         if unknown:
             session.flags |= RESULTS_UNKNOWN
+            entry = self.shown.get(query_id)
+            if entry is not None:
+                entry[1], entry[2] = klass, time
         if self.query_sessions is not None:
             self.query_sessions[query_id] = session_id
         if session.orphans:

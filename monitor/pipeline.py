@@ -147,6 +147,7 @@ class Pipeline:
         for _ in self.classes.names:
             self.counters.add_class()
         self.sessions = Sessions(config.sessions, self.counters)
+        self.sessions.served = self._join_live
         self.health = Health()
         self._max_bytes = config.input.max_event_bytes
         self._class_index = self.classes.index
@@ -204,7 +205,7 @@ class Pipeline:
         if type(event) is ImpressionEvent:
             return (
                 time, IMPRESSION, event.event_id, event.session_id, event.query_id,
-                event.position, None,
+                event.position, event.doc_id,
             ), event
         if type(event) is DwellEvent:
             return (
@@ -303,14 +304,19 @@ class Pipeline:
                 counters.zero_result_queries[klass] += 1
             if event.latency_ms is not None:
                 sessions.count_latency(klass, event.latency_ms / 1000.0)
-            if not self.forwarding:
-                if self.judged.active:
-                    self._live_query(klass, accepted[0], event.query_text, event.result_ids)
-            elif self.forward_live:
-                self.forwarded.append(LiveQuery(
-                    self.classes.names[klass], accepted[0], event.query_text, event.result_ids
-                ))
+            if event.results_known:
+                self._join_live(klass, accepted[0], event.query_text, event.result_ids)
+            else:  # its impressions will say what was shown
+                sessions.await_impressions(event.query_id, event.query_text)
         return None
+
+    def _join_live(self, klass: int, time: float, text: str, results: list[str]) -> None:
+        """A live query's served list, for the qrels join (here or where it is held)."""
+        if not self.forwarding:
+            if self.judged.active:
+                self._live_query(klass, time, text, results)
+        elif self.forward_live:
+            self.forwarded.append(LiveQuery(self.classes.names[klass], time, text, results))
 
     def snapshot(self) -> PipelineState:
         return PipelineState(

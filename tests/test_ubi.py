@@ -17,6 +17,7 @@ from kafka import KafkaProducer
 
 from monitor import replay as replay_module
 from monitor.config import Config
+from monitor.export import export
 from monitor.pipeline import RejectionLog
 from monitor.replay import replay_files, report
 from tests.broker import Broker, free_port
@@ -186,3 +187,22 @@ def test_a_large_unordered_input_is_sorted_in_bounded_runs(
     monkeypatch.setattr(replay_module, "_spill", spill)
     check(replayed(tmp_path, {"reversed.ndjson": data}))
     assert len(spilled) == 4, "14 documents in runs of 3 (the last 2 stay in memory)"
+
+
+def test_impressions_rebuild_the_served_list_for_the_qrels_join(tmp_path: Path) -> None:
+    """`laptop` logged no hit ids; its impressions showed 101, 102, 103 (ordinals 0 to 2).
+    With qrels judging 102 relevant, the live join scores that rebuilt list: RR 1/2,
+    P@5 1/5. `phone` (no qrels) and `laptop bag` (no qrels) are not joined."""
+    qrels = {"type": "qrels", "timestamp": "2026-11-22T09:00:00Z", "query_text": "laptop",
+             "labels": {"101": 0, "102": 2, "103": 0}}
+    data = bulk([("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS])
+    (tmp_path / "ubi.ndjson").write_bytes(json.dumps(qrels).encode() + b"\n" + data)
+    pipeline = replay_files(Config(), [tmp_path / "ubi.ndjson"], [], RejectionLog(0))
+    figures = export(pipeline).offline
+    assert figures is not None
+    live = {
+        (m.measure, m.window): (m.mean, m.queries) for m in figures.means
+        if m.source == "live" and m.slice == ("all",) and m.queries
+    }
+    assert live[("RR", 3600.0)] == (0.5, 1)
+    assert live[("P@5", 3600.0)] == (0.2, 1)
