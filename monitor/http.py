@@ -439,10 +439,12 @@ def _listen(address: tuple[str, int], backlog: int) -> socket.socket:
 
 def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     error = context.get("exception")
-    if isinstance(error, OSError):  # a client's connection failed, the client's business
-        log.debug("metrics endpoint: %s", context["message"], exc_info=error)
-    else:
+    if not isinstance(error, OSError):
         log.error("metrics endpoint: %s", context["message"], exc_info=error)
+    elif "socket" in context:  # the listening socket's: accept() failed, out of file descriptors
+        log.warning("metrics endpoint: %s: %s", context["message"], error)
+    else:  # a client's connection failed: the client's business
+        log.debug("metrics endpoint: %s", context["message"], exc_info=error)
 
 
 def tls_context(
