@@ -123,7 +123,7 @@ class UbiReader:
         client = _identifier(record, "client_id")
         fallback = own or (f"ubi-client:{client}" if client is not None else None)
         if fallback is None and query_id is None:
-            raise _Invalid("a UBI event needs query_id, session_id or client_id")
+            return IgnoredAction(action)  # valid, but tied to no query or session
         session = SESSION_OF_QUERY + (fallback or f"ubi-query:{query_id}")
         if query_id is None:
             session = fallback or ""

@@ -157,11 +157,13 @@ def test_ubi_records_the_schema_allows_and_those_it_does_not() -> None:
         ({**hover, "action_name": "click", "query_id": ["u"]}, "query_id"),
         ({**hover, "action_name": "click", "event_attributes": {"position": {"ordinal": -3}}},
          "ordinal"),
-        ({"action_name": "click", "timestamp": 1}, "query_id, session_id or client_id"),
     ]:
         result = decode(json.dumps(bad).encode(), LIMIT)
         assert isinstance(result, Rejection) and result.reason is Reason.SCHEMA, bad
         assert field in result.detail, (bad, result)
+    # valid, but tied to no query or session: counted as ignored, not rejected
+    untied = {"action_name": "click", "timestamp": 1}
+    assert decode(json.dumps(untied).encode(), LIMIT) == IgnoredAction("click")
     naive = decode(json.dumps(minimal_query | {"timestamp": "2018-11-13T20:20:39"}).encode(),
                    LIMIT, UbiConfig(naive_timezone="reject"))
     assert isinstance(naive, Rejection) and "offset" in naive.detail
