@@ -1,0 +1,332 @@
+"""The most frequent queries in bounded memory, and what may be shown of them.
+
+``SpaceSaving`` is the Space-Saving summary (Metwally, Agrawal and El Abbadi, "Efficient
+computation of frequent and top-k elements in data streams", ICDT 2005): ``capacity``
+counters, each an overestimate with a known error, so that every key's true count lies in
+``[count - error, count]`` and a key not kept has a true count of at most the smallest kept
+count (0 while the summary is not full). Summaries of two streams merge into a summary of
+both (Agarwal et al., "Mergeable Summaries", PODS 2012).
+
+``HeavyQueries`` adds to each kept query a bounded set of hashed session ids, a lower bound on
+its distinct sessions, so that a query is published only once ``min_sessions`` sessions issued
+it (k-anonymity). ``redact`` removes e-mail addresses and long digit runs before anything is
+kept. All of it is pure: no clock, no I/O; state is an explicit snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from monitor.snapshots import Int, require, same_lengths
+
+INT64 = range(-(2**63), 2**63)
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One kept key: its true count lies in ``[count - error, count]``."""
+
+    key: str
+    count: int
+    error: int
+
+    @property
+    def lower(self) -> int:
+        return self.count - self.error
+
+
+@dataclass(frozen=True)
+class SpaceSavingState:
+    """The kept keys with their counts (overestimates) and errors, by count descending."""
+
+    keys: list[str]
+    counts: list[Int]
+    errors: list[Int]
+
+
+class SpaceSaving:
+    """Space-Saving over string keys with integer weights.
+
+    Counts live in a dict (a hit is one dict update); a min-heap of ``(count, key)`` with
+    lazy repair finds the key to evict: heap entries may be stale, but counts only grow, so a
+    stale entry is an underestimate and is re-pushed with its current count when it reaches
+    the top. The heap holds exactly one entry per kept key, so memory is ``O(capacity)``.
+    Ties in count are broken by key, so the summary is a function of the stream alone.
+    """
+
+    __slots__ = ("_counts", "_errors", "_heap", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity}")
+        self.capacity = capacity
+        self._counts: dict[str, int] = {}
+        self._errors: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._counts
+
+    def add(self, key: str, weight: int = 1) -> str | None:
+        """Count ``weight`` (>= 1) occurrences of ``key``; returns the key evicted, if any."""
+        if weight < 1:
+            raise ValueError(f"weight must be at least 1, not {weight}")
+        counts = self._counts
+        count = counts.get(key)
+        if count is not None:
+            counts[key] = count + weight
+            return None
+        if len(counts) < self.capacity:
+            counts[key] = weight
+            self._errors[key] = 0
+            heapq.heappush(self._heap, (weight, key))
+            return None
+        minimum = self._minimum()
+        victim = self._heap[0][1]
+        del counts[victim]
+        del self._errors[victim]
+        counts[key] = minimum + weight
+        self._errors[key] = minimum
+        heapq.heapreplace(self._heap, (minimum + weight, key))
+        return victim
+
+    def _minimum(self) -> int:
+        """The smallest kept count, after bringing the heap's top up to date."""
+        heap, counts = self._heap, self._counts
+        while True:
+            stored, key = heap[0]
+            current = counts[key]
+            if current == stored:
+                return stored
+            heapq.heapreplace(heap, (current, key))
+
+    def unseen_bound(self) -> int:
+        """An upper bound on the true count of any key not kept."""
+        return self._minimum() if len(self._counts) >= self.capacity else 0
+
+    def item(self, key: str) -> Item:
+        """The bounds of any key, kept or not (a key not kept has lower bound 0)."""
+        count = self._counts.get(key)
+        if count is None:
+            bound = self.unseen_bound()
+            return Item(key, bound, bound)
+        return Item(key, count, self._errors[key])
+
+    def top(self, n: int) -> list[Item]:
+        """The ``n`` kept keys of largest count, by count descending then key."""
+        errors = self._errors
+        ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))[: max(n, 0)]
+        return [Item(key, count, errors[key]) for key, count in ranked]
+
+    def guaranteed(self, n: int) -> list[Item]:
+        """The items of ``top(n)`` that are certainly in the true top ``n``.
+
+        An item qualifies when its lower bound exceeds the (n+1)-th largest upper bound over
+        all keys (the (n+1)-th kept count, or ``unseen_bound()``): every key outside
+        ``top(n)`` then has a smaller true count. This certifies membership; the order of two
+        certified items is certain only where their own bounds do not overlap.
+        """
+        ranked = self.top(n + 1)
+        threshold = ranked[n].count if len(ranked) > n else self.unseen_bound()
+        return [item for item in ranked[:n] if item.lower > threshold]
+
+    def merge(self, other: SpaceSaving) -> SpaceSaving:
+        """A summary of both streams (neither input changes)."""
+        if other.capacity != self.capacity:
+            raise ValueError(f"cannot merge capacities {self.capacity} and {other.capacity}")
+        merged = SpaceSaving(self.capacity)
+        merged.restore(merge_states(self.snapshot(), other.snapshot(), self.capacity))
+        return merged
+
+    def snapshot(self) -> SpaceSavingState:
+        items = self.top(len(self._counts))
+        return SpaceSavingState(
+            [i.key for i in items], [i.count for i in items], [i.error for i in items]
+        )
+
+    def restore(self, state: SpaceSavingState) -> None:
+        check_state(state, self.capacity)
+        self._counts = dict(zip(state.keys, state.counts, strict=True))
+        self._errors = dict(zip(state.keys, state.errors, strict=True))
+        self._heap = list(zip(state.counts, state.keys, strict=True))
+        heapq.heapify(self._heap)
+
+
+def check_state(state: SpaceSavingState, capacity: int) -> None:
+    """Refuse a snapshot that no Space-Saving summary of ``capacity`` could have."""
+    size = same_lengths("space-saving", state.keys, state.counts, state.errors)
+    require(size <= capacity, f"space-saving: {size} keys, more than capacity {capacity}")
+    require(len(set(state.keys)) == size, "space-saving: repeated keys")
+    require(
+        all(c in INT64 and e in INT64 for c, e in zip(state.counts, state.errors, strict=True)),
+        "space-saving: a count or error outside 64 bits",
+    )
+    require(
+        all(c >= 1 and c >= e >= 0 for c, e in zip(state.counts, state.errors, strict=True)),
+        "space-saving: not every count >= 1 and count >= error >= 0",
+    )
+    # An error is the minimum count at the key's admission, and the minimum never falls.
+    smallest = min(state.counts, default=0) if size == capacity else 0
+    require(
+        all(e <= smallest for e in state.errors),
+        "space-saving: an error above the smallest count (or an error while not full)",
+    )
+
+
+def merge_states(
+    first: SpaceSavingState, second: SpaceSavingState, capacity: int
+) -> SpaceSavingState:
+    """The summary of two streams from the summaries of each (Agarwal et al. 2012).
+
+    Counts and errors of common keys add; a key kept on one side only may have occurred up to
+    the other side's unseen bound times there, which is added to both its count and its error.
+    The ``capacity`` largest counts are kept. Every merged count is at least the sum of the two
+    unseen bounds, so a key kept by neither stays below the merged unseen bound.
+    """
+    check_state(first, capacity)
+    check_state(second, capacity)
+
+    def unseen(state: SpaceSavingState) -> int:
+        return min(state.counts) if len(state.keys) == capacity else 0
+
+    def kept(state: SpaceSavingState) -> dict[str, tuple[int, int]]:
+        return dict(zip(state.keys, zip(state.counts, state.errors, strict=True), strict=True))
+
+    kept_first, kept_second = kept(first), kept(second)
+    missing_first = (unseen(first),) * 2
+    missing_second = (unseen(second),) * 2
+    counts: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for key in kept_first.keys() | kept_second.keys():
+        count_first, error_first = kept_first.get(key, missing_first)
+        count_second, error_second = kept_second.get(key, missing_second)
+        counts[key] = count_first + count_second
+        errors[key] = error_first + error_second
+    ranked = sorted(counts, key=lambda k: (-counts[k], k))[:capacity]
+    return SpaceSavingState(ranked, [counts[k] for k in ranked], [errors[k] for k in ranked])
+
+
+def session_hash(session: str) -> int:
+    """A stable signed 64-bit hash of a session id (Python's ``hash`` is salted per process)."""
+    digest = hashlib.blake2b(session.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class HeavyQueriesState:
+    """The counts, and per kept key (in the same order) its hashed session ids, sorted."""
+
+    counts: SpaceSavingState
+    sessions: list[list[Int]]
+
+
+class HeavyQueries:
+    """Frequent queries with a k-anonymity test: ``distinct(query) >= min_sessions``.
+
+    Per kept query a set of at most ``min_sessions`` hashed session ids is kept, started when
+    the query is admitted and dropped when it is evicted. ``distinct(query)`` is therefore a
+    lower bound: at most ``min(true distinct sessions, min_sessions)``; sessions before the
+    query's admission are not counted, and a 64-bit hash collision can only merge two
+    sessions into one. A query it certifies was issued by at least ``min_sessions`` sessions.
+    Memory: ``capacity`` counters and at most ``capacity * min_sessions`` ints.
+    """
+
+    __slots__ = ("_sessions", "counts", "min_sessions")
+
+    def __init__(self, capacity: int, min_sessions: int) -> None:
+        if min_sessions < 1:
+            raise ValueError(f"min_sessions must be at least 1, not {min_sessions}")
+        self.counts = SpaceSaving(capacity)
+        self.min_sessions = min_sessions
+        self._sessions: dict[str, set[int]] = {}
+
+    def add(self, query: str, session: str, weight: int = 1) -> None:
+        evicted = self.counts.add(query, weight)
+        if evicted is not None:
+            del self._sessions[evicted]
+        sessions = self._sessions.get(query)
+        if sessions is None:
+            self._sessions[query] = {session_hash(session)}
+        elif len(sessions) < self.min_sessions:
+            sessions.add(session_hash(session))
+
+    def distinct(self, query: str) -> int:
+        """A lower bound on the distinct sessions that issued ``query``, at most min_sessions."""
+        return len(self._sessions.get(query, ()))
+
+    def anonymous_top(self, n: int) -> list[Item]:
+        """The ``n`` largest counts among the queries issued by ``min_sessions`` sessions."""
+        ranked = self.counts.top(len(self.counts))
+        return [i for i in ranked if self.distinct(i.key) >= self.min_sessions][: max(n, 0)]
+
+    def merge(self, other: HeavyQueries) -> HeavyQueries:
+        """Both streams: counts as ``SpaceSaving.merge``, session sets united and capped."""
+        if other.min_sessions != self.min_sessions:
+            raise ValueError(
+                f"cannot merge min_sessions {self.min_sessions} and {other.min_sessions}"
+            )
+        merged = HeavyQueries(self.counts.capacity, self.min_sessions)
+        counts = self.counts.merge(other.counts).snapshot()
+        sessions = [
+            _capped(self._sessions.get(k, set()) | other._sessions.get(k, set()), self.min_sessions)
+            for k in counts.keys
+        ]
+        merged.restore(HeavyQueriesState(counts, sessions))
+        return merged
+
+    def snapshot(self) -> HeavyQueriesState:
+        counts = self.counts.snapshot()
+        return HeavyQueriesState(counts, [sorted(self._sessions[k]) for k in counts.keys])
+
+    def restore(self, state: HeavyQueriesState) -> None:
+        counts = state.counts
+        check_state(counts, self.counts.capacity)
+        require(
+            len(state.sessions) == len(counts.keys), "heavy queries: sessions not one per key"
+        )
+        for key, count, error, sessions in zip(
+            counts.keys, counts.counts, counts.errors, state.sessions, strict=True
+        ):
+            require(
+                0 < len(sessions) <= min(self.min_sessions, count - error)
+                and len(set(sessions)) == len(sessions)
+                and all(s in INT64 for s in sessions),
+                f"heavy queries: sessions of {key!r} not 1..min(min_sessions, count - error)"
+                " distinct 64-bit ints",
+            )
+        self.counts.restore(counts)
+        self._sessions = {k: set(s) for k, s in zip(counts.keys, state.sessions, strict=True)}
+
+
+def _capped(sessions: Iterable[int], limit: int) -> list[int]:
+    """At most ``limit`` of ``sessions``: the smallest, so that merging is deterministic."""
+    return sorted(sessions)[:limit]
+
+
+class Redaction(NamedTuple):
+    """A pattern to find and what replaces each match."""
+
+    pattern: re.Pattern[str]
+    replacement: str
+
+
+EMAIL = Redaction(re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>")
+DIGITS = Redaction(re.compile(r"\d(?:[ .-]?\d){5,}"), "<digits>")
+"""Six or more digits, single spaces, dots or hyphens allowed between them: phone, card and
+account numbers; a year or a model number (``2026``, ``15``) stays."""
+DEFAULT_REDACTIONS: tuple[Redaction, ...] = (EMAIL, DIGITS)
+
+
+def redact(text: str, redactions: Sequence[Redaction] = DEFAULT_REDACTIONS) -> str:
+    """``text`` with every match of each redaction replaced, in order."""
+    for redaction in redactions:
+        text = redaction.pattern.sub(redaction.replacement, text)
+    return text
