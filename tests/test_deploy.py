@@ -242,8 +242,10 @@ def test_regression_alert_fires_for_the_regressed_class_only(stack: str) -> None
 
 
 def test_every_dashboard_query_returns_data(stack: str) -> None:
+    """Week-over-week series are checked without their offset: this Prometheus holds minutes,
+    not a week (the expression is the same, so is the data it selects)."""
     for title, expr in dashboard_build.queries():
-        query = expr.replace("$query_class", ".*")
+        query = expr.replace("$query_class", ".*").replace(" offset 1w", "")
         url = f"{stack}/query?" + urllib.parse.urlencode({"query": query})
         with urllib.request.urlopen(url, timeout=10) as response:
             body = json.load(response)

@@ -2,90 +2,273 @@
 
 Run `python deploy/grafana/build.py` after changing a panel; a test checks that the JSON is
 up to date and runs every panel's query against a real Prometheus that scraped a replay.
+
+The online quality ratios come from the recording rules, which sum over every searchmon
+target: they are what the alerts see, and the `job` and `instance` variables do not narrow
+them. Every other query reads searchmon's own families and is narrowed by both variables.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 OUT = Path(__file__).with_name("searchmon.json")
 CLASS = 'query_class=~"$query_class"'
+TARGET = 'job=~"$job", instance=~"$instance"'
+RATE = "$__rate_interval"
+# What Grafana substitutes for its variables with "All" selected; queries() hands Prometheus
+# and promtool the expressions with these in place.
+ALL_VALUES = {"$__rate_interval": "5m", "$query_class": ".*", "$job": ".*", "$instance": ".*"}
+# runbook_url of the rules is relative to the repository root; set the `runbook` variable to
+# where your copy of deploy/RUNBOOK.md is browsable.
+RUNBOOK = "deploy/RUNBOOK.md"
 
-# (row title, [(panel title, unit, [(legend, expr), ...]), ...])
-ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
-    ("Overview (all classes)", [
-        ("Queries per second", "reqps", [("queries/s", "sum(rate(search_queries_total[5m]))")]),
-        ("Click-through rate", "percentunit", [("CTR", ":search_ctr:ratio_rate5m")]),
-        ("Zero-result rate", "percentunit",
-         [("zero-result", ":search_zero_result_rate:ratio_rate5m")]),
-        ("Abandonment rate", "percentunit",
-         [("abandonment", ":search_abandonment_rate:ratio_rate5m")]),
-        ("Session success rate", "percentunit",
-         [("success", ":search_session_success_rate:ratio_rate5m")]),
-    ]),
-    ("Per query class", [
-        ("Queries per second by class", "reqps",
-         [("{{query_class}}", f"query_class:search_queries:rate5m{{{CLASS}}}")]),
-        ("CTR by class", "percentunit",
-         [("{{query_class}}", f"query_class:search_ctr:ratio_rate5m{{{CLASS}}}")]),
-        ("Click rate per impression by class", "percentunit",
-         [("{{query_class}}",
-           f"query_class:search_click_rate_per_impression:ratio_rate5m{{{CLASS}}}")]),
-        ("Zero-result rate by class", "percentunit",
-         [("{{query_class}}", f"query_class:search_zero_result_rate:ratio_rate5m{{{CLASS}}}")]),
-        ("Abandonment rate by class", "percentunit",
-         [("{{query_class}}", f"query_class:search_abandonment_rate:ratio_rate5m{{{CLASS}}}")]),
-        ("Session success rate by class", "percentunit",
-         [("{{query_class}}",
-           f"query_class:search_session_success_rate:ratio_rate5m{{{CLASS}}}")]),
-        ("Query latency p95 by class", "s",
-         [("{{query_class}}", "histogram_quantile(0.95, sum by (query_class, le) "
-           f"(rate(search_query_latency_seconds_bucket{{{CLASS}}}[5m])))")]),
-        ("Clicks by position", "short",
-         [("<= {{le}}", "sum by (le) "
-           f"(rate(search_click_position_bucket{{{CLASS}}}[5m]))")]),
-        ("Reformulated queries per second", "reqps",
-         [("{{query_class}}", "sum by (query_class) "
-           f"(rate(search_reformulated_queries_total{{{CLASS}}}[5m]))")]),
+
+class Panel(NamedTuple):
+    title: str
+    unit: str
+    description: str
+    targets: list[tuple[str, str]]  # (legend, expr)
+    alerts: tuple[str, ...] = ()  # alerts whose runbook sections the panel links to
+
+
+def _rate(family: str, labels: str = TARGET, by: str = "") -> str:
+    grouping = f" by ({by}) " if by else ""
+    return f"sum{grouping}(rate({family}{{{labels}}}[{RATE}]))"
+
+
+def _mean(family: str, by: str) -> str:
+    labels = f"{CLASS}, {TARGET}"
+    return f"{_rate(family + '_sum', labels, by)} / {_rate(family + '_count', labels, by)}"
+
+
+def _quantile(q: float, family: str, by: str = "query_class") -> str:
+    buckets = _rate(family + "_bucket", f"{CLASS}, {TARGET}", by + ", le")
+    return f"histogram_quantile({q}, {buckets})"
+
+
+def _recorded(name: str, level: str, last_week: bool) -> list[tuple[str, str]]:
+    """The 5m and 1h recording rules of a ratio or rate, and the 1h one a week ago, which is
+    what the week-over-week alerts compare with (absent until Prometheus holds a week)."""
+    legend = "{{query_class}} " if level else ""
+    labels = f"{{{CLASS}}}" if level else ""
+    series = [(f"{legend}5m", f"{level}:{name}5m{labels}"),
+              (f"{legend}1h", f"{level}:{name}1h{labels}")]
+    if last_week:
+        now = f"{level}:{name}1h{labels}"
+        series.append((f"{legend}1h, last week", f"{now} offset 1w"))
+    return series
+
+
+OVERVIEW = ("From the recording rules: every searchmon target, whatever the job and "
+            "instance selection; ")
+CLASS_OVERVIEW = ("From the per-class recording rules, which the alerts read: every searchmon "
+                  "target, whatever the job and instance selection; ")
+
+WEEK = "'1h, last week' is what the week-over-week alert compares the 1h series with."
+
+
+def _online(level: str) -> list[Panel]:
+    scope = "by class" if level else ""
+    what = OVERVIEW if not level else CLASS_OVERVIEW
+
+    def title(text: str) -> str:
+        return f"{text} {scope}".strip()
+
+    return [
+        Panel(title("Queries per second"), "reqps",
+              what + "1h is the volume guard of the alerts.",
+              _recorded("search_queries:rate", level, not level),
+              ("SearchQueriesStopped",) if not level else ()),
+        Panel(title("Sessions per second"), "reqps",
+              what + "closed sessions with at least one query.",
+              _recorded("search_sessions:rate", level, False)),
+        Panel(title("Click-through rate"), "percentunit",
+              what + "share of queries with a click. " + WEEK,
+              _recorded("search_ctr:ratio_rate", level, True),
+              ("SearchCTRDropWeekOverWeek", "SearchCTRAnomaly")),
+        Panel(title("Click rate per impression"), "percentunit",
+              what + "clicks per result shown.",
+              _recorded("search_click_rate_per_impression:ratio_rate", level, False)),
+        Panel(title("Zero-result rate"), "percentunit",
+              what + "share of queries that returned nothing. " + WEEK,
+              _recorded("search_zero_result_rate:ratio_rate", level, True),
+              ("SearchZeroResultRateRise",)),
+        Panel(title("Abandonment rate"), "percentunit",
+              what + "share of sessions without a click. " + WEEK,
+              _recorded("search_abandonment_rate:ratio_rate", level, True),
+              ("SearchAbandonmentRise",)),
+        Panel(title("Session success rate"), "percentunit",
+              what + "share of sessions with a long click or a conversion. " + WEEK,
+              _recorded("search_session_success_rate:ratio_rate", level, True),
+              ("SearchSessionSuccessDropWeekOverWeek",)),
+    ]
+
+
+C = "{{query_class}}"
+CT = f"{CLASS}, {TARGET}"
+SAMPLE = f'{CT}, source="sample", window="last_1_samples"'
+
+ROWS: list[tuple[str, list[Panel]]] = [
+    ("Overview (all classes)", _online("")),
+    ("Per query class", [*_online("query_class"),
+        Panel("Query latency p95 by class", "s", "95th percentile of the latency the search "
+              "service reported, from search_query_latency_seconds.",
+              [(C, _quantile(0.95, "search_query_latency_seconds"))]),
+        Panel("Clicks by position", "short", "Clicks per second at or above each position "
+              "(cumulative buckets of search_click_position).",
+              [("<= {{le}}", _rate("search_click_position_bucket", CT, "le"))]),
+        Panel("Mean reciprocal rank of the first click by class", "short",
+              "Mean of 1 / position of each clicked query's first click: 1 when users click "
+              "the top result.",
+              [(C, _mean("search_first_click_reciprocal_rank", "query_class"))]),
+        Panel("Time to first click by class", "s", "Median and 95th percentile of the time "
+              "from a query to its first click.",
+              [(f"{C} p50", _quantile(0.5, "search_time_to_first_click_seconds")),
+               (f"{C} p95", _quantile(0.95, "search_time_to_first_click_seconds"))]),
+        Panel("Queries per session by class", "short", "Mean number of queries of a closed "
+              "session, by its first query's class; a rise means users reformulate more.",
+              [(f"{C} mean", _mean("search_queries_per_session", "query_class"))]),
+        Panel("Reformulated queries per second", "reqps", "Queries that reformulate the "
+              "previous query of their session.",
+              [(C, _rate("search_reformulated_queries_total", CT, "query_class"))]),
+        Panel("Conversions per second by class", "reqps", "Conversions attributed to a query "
+              "of the class; session success counts them.",
+              [(C, _rate("search_conversions_total", CT, "query_class"))],
+              ("SearchSessionSuccessDropWeekOverWeek",)),
     ]),
     ("Offline: judged quality", [
-        ("Judged means, latest sample", "short",
-         [("{{query_class}} {{measure}}", "search_judged_score_mean"
-           f'{{{CLASS}, source="sample", window="last_1_samples"}}')]),
-        ("Judged queries behind the means", "short",
-         [("{{query_class}} {{measure}}", "search_judged_queries"
-           f'{{{CLASS}, source="sample", window="last_1_samples"}}')]),
-        ("Live traffic scored against qrels, 1h", "short",
-         [("{{query_class}} {{measure}}", "search_judged_score_mean"
-           f'{{{CLASS}, source="live", window="1h"}}')]),
-        ("Regression flags (latest sample vs baseline)", "short",
-         [("{{query_class}} {{measure}}", f"search_judged_regression{{{CLASS}}}")]),
-        ("Delta against baseline", "short",
-         [("{{query_class}} {{measure}}", f"search_judged_delta{{{CLASS}}}")]),
-        ("Judged@10 coverage", "percentunit",
-         [("{{query_class}}", 'search_judged_score_mean{measure="Judged@10", source="sample", '
-           f'window="last_1_samples", {CLASS}}}')]),
+        Panel("Judged means, latest sample", "short", "Mean score of each measure over the "
+              "judged queries of the latest completed sample.",
+              [(f"{C} {{{{measure}}}}", f"search_judged_score_mean{{{SAMPLE}}}")]),
+        Panel("Judged queries behind the means", "short", "How many judged queries each mean "
+              "of the latest sample rests on.",
+              [(f"{C} {{{{measure}}}}", f"search_judged_queries{{{SAMPLE}}}")]),
+        Panel("Live traffic scored against qrels, 1h", "short", "Rolling 1h mean of live "
+              "queries scored against the qrels.",
+              [(f"{C} {{{{measure}}}}",
+                f'search_judged_score_mean{{{CT}, source="live", window="1h"}}')]),
+        Panel("Judged score means, 1h and 1d (recorded)", "short", "From the recording rules "
+              "over the search_judged_score histogram, every target, by source.",
+              [(f"{C} {{{{measure}}}} {{{{source}}}} 1h",
+                f"query_class_measure_source:search_judged_score:mean1h{{{CLASS}}}"),
+               (f"{C} {{{{measure}}}} {{{{source}}}} 1d",
+                f"query_class_measure_source:search_judged_score:mean1d{{{CLASS}}}")]),
+        Panel("Regression flags (latest sample vs baseline)", "short", "1 where the latest "
+              "sample is significantly worse than its baseline. The alert leaves out "
+              "query_class=\"all\", which rises with any class.",
+              [(f"{C} {{{{measure}}}}", f"search_judged_regression{{{CT}}}")],
+              ("SearchJudgedRegression",)),
+        Panel("Delta against baseline", "short", "Mean paired difference, latest sample minus "
+              "baseline, with the p-value of the paired test and the shared queries it rests "
+              "on.",
+              [(f"{C} {{{{measure}}}} delta", f"search_judged_delta{{{CT}}}"),
+               (f"{C} {{{{measure}}}} p-value", f"search_judged_pvalue{{{CT}}}"),
+               (f"{C} {{{{measure}}}} shared queries",
+                f"search_judged_shared_queries{{{CT}}}")],
+              ("SearchJudgedRegression",)),
+        Panel("Judged@10 coverage", "percentunit", "Share of the top 10 results that are "
+              "judged, latest sample; below 0.8 the means drift down.",
+              [(C, 'search_judged_score_mean{measure="Judged@10", source="sample", '
+                f'window="last_1_samples", {CT}}}')],
+              ("SearchJudgedCoverageLow",)),
+        Panel("Age of the newest judged sample", "s", "Time since the newest judged sample "
+              "completed.",
+              [("age", f"time() - max(search_judged_last_sample_timestamp_seconds{{{TARGET}}})")],
+              ("SearchJudgedSamplesStale",)),
+        Panel("Judged messages and skipped scores per second", "reqps", "judgment and qrels "
+              "messages received, and judged scores skipped.",
+              [("messages", _rate("searchmon_judged_messages_total")),
+               ("skipped", _rate("searchmon_judged_scores_skipped_total"))]),
     ]),
     ("searchmon health", [
-        ("Scrape target up", "short", [("{{instance}}", 'up{job="searchmon"}')]),
-        ("Messages read per second", "reqps",
-         [("read", "sum(rate(searchmon_events_read_total[5m]))")]),
-        ("Rejected messages by reason", "reqps",
-         [("{{reason}}", "sum by (reason) (rate(searchmon_events_rejected_total[5m]))")]),
-        ("Open sessions", "short", [("{{instance}}", "searchmon_open_sessions")]),
-        ("Event time behind wall clock", "s",
-         [("{{instance}}", "time() - searchmon_last_event_timestamp_seconds")]),
-        ("Consumer lag", "short",
-         [("{{topic}}/{{partition}}", "sum by (topic, partition) (searchmon_consumer_lag)")]),
-        ("Broker connected", "short", [("{{instance}}", "searchmon_broker_connected")]),
-        ("Checkpoint age", "s",
-         [("{{instance}}", "time() - searchmon_checkpoint_timestamp_seconds")]),
-        ("Dead-lettered messages per second", "reqps",
-         [("{{instance}}", "rate(searchmon_dead_lettered_total[5m])")]),
+        Panel("Scrape target up", "short", "1 while Prometheus scrapes the target. Shows every "
+              "target of the shipped selector (deploy/retarget.py rewrites it), whatever the "
+              "job and instance selection, so that a target that is gone still shows.",
+              [("{{instance}}", 'up{job="searchmon"}')], ("SearchmonDown", "SearchmonAbsent")),
+        Panel("Messages read and accepted per second", "reqps", "Messages read from every "
+              "source, and search-log events accepted into sessions.",
+              [("read", _rate("searchmon_events_read_total")),
+               ("accepted", _rate("searchmon_events_accepted_total"))],
+              ("SearchQueriesStopped",)),
+        Panel("Rejected messages by reason", "reqps", "Messages rejected, by reason; the log "
+              "has the first ones with topic, partition and offset.",
+              [("{{reason}}", _rate("searchmon_events_rejected_total", by="reason"))],
+              ("SearchmonRejectedRateHigh",)),
+        Panel("Late and duplicate events per second", "reqps", "Events behind the watermark "
+              "for a closed session, and events whose event_id was seen before.",
+              [("late", _rate("searchmon_late_events_total")),
+               ("duplicate", _rate("searchmon_duplicate_events_total"))]),
+        Panel("Unmatched clicks and ignored actions per second", "reqps", "Clicks whose "
+              "query_id is not among their session's queries, and valid UBI events with an "
+              "action that is not measured.",
+              [("unmatched clicks", _rate("searchmon_unmatched_clicks_total")),
+               ("ignored actions", _rate("searchmon_ignored_actions_total"))]),
+        Panel("Dead-lettered messages per second", "reqps", "Rejected messages written to the "
+              "dead-letter topic, and those truncated to fit.",
+              [("dead-lettered", _rate("searchmon_dead_lettered_total")),
+               ("truncated", _rate("searchmon_dead_letters_truncated_total"))],
+              ("SearchmonRejectedRateHigh",)),
+        Panel("Open sessions", "short", "Sessions currently open; bounded by the configuration.",
+              [("{{instance}}", f"searchmon_open_sessions{{{TARGET}}}")]),
+        Panel("Event time and watermark behind wall clock", "s", "Wall clock minus the event "
+              "time of the newest accepted event, and minus the watermark.",
+              [("{{instance}} newest event",
+                f"time() - searchmon_last_event_timestamp_seconds{{{TARGET}}}"),
+               ("{{instance}} watermark",
+                f"time() - searchmon_watermark_timestamp_seconds{{{TARGET}}}")]),
+        Panel("Consumer lag", "short", "Messages behind each partition's highwater mark.",
+              [("{{topic}}/{{partition}}",
+                f"sum by (topic, partition) (searchmon_consumer_lag{{{TARGET}}})")],
+              ("SearchmonConsumerLagGrowing",)),
+        Panel("Broker connected", "short", "1 while the consumer is connected to Kafka.",
+              [("{{instance}}", f"searchmon_broker_connected{{{TARGET}}}")],
+              ("SearchmonBrokerDisconnected",)),
+        Panel("Checkpoint age", "s", "Age of the newest durable checkpoint, which /metrics "
+              "shows.",
+              [("{{instance}}", f"time() - searchmon_checkpoint_timestamp_seconds{{{TARGET}}}")],
+              ("SearchmonCheckpointOld",)),
+        Panel("Checkpoint failures per second", "reqps", "Failed checkpoint writes; /readyz "
+              "answers 503 until one succeeds.",
+              [("{{instance}}",
+                f"rate(searchmon_checkpoint_failures_total{{{TARGET}}}[{RATE}])")],
+              ("SearchmonCheckpointFailing",)),
+        Panel("Process resident memory", "bytes", "Resident set size of the daemon "
+              "(process_resident_memory_bytes).",
+              [("{{instance}}", f"process_resident_memory_bytes{{{TARGET}}}")]),
+        Panel("Query classes in use", "short", "Query classes configured, 'other' included.",
+              [("{{instance}}", f"searchmon_query_classes{{{TARGET}}}")]),
     ]),
 ]
+
+
+def _variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {"name": name, "type": "query", "label": label,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "query": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
+            "current": {"text": "All", "value": "$__all"}}
+
+
+def _panel(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    return {
+        "type": "timeseries",
+        "title": panel.title,
+        "description": panel.description,
+        "id": panel_id,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"h": 8, "w": 8, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+        "links": [{"title": f"Runbook: {alert}", "url": f"${{runbook}}#{alert.lower()}",
+                   "targetBlank": True} for alert in panel.alerts],
+        "targets": [
+            {"refId": chr(ord("A") + j), "expr": expr, "legendFormat": legend,
+             "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+            for j, (legend, expr) in enumerate(panel.targets)
+        ],
+    }
 
 
 def dashboard() -> dict[str, Any]:
@@ -99,21 +282,8 @@ def dashboard() -> dict[str, Any]:
         })
         next_id += 1
         y += 1
-        for i, (title, unit, targets) in enumerate(row_panels):
-            panels.append({
-                "type": "timeseries",
-                "title": title,
-                "id": next_id,
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                "gridPos": {"h": 8, "w": 8, "x": 8 * (i % 3), "y": y + 8 * (i // 3)},
-                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-                "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
-                "targets": [
-                    {"refId": chr(ord("A") + j), "expr": expr, "legendFormat": legend,
-                     "datasource": {"type": "prometheus", "uid": "${datasource}"}}
-                    for j, (legend, expr) in enumerate(targets)
-                ],
-            })
+        for i, panel in enumerate(row_panels):
+            panels.append(_panel(panel, next_id, 8 * (i % 3), y + 8 * (i // 3)))
             next_id += 1
         y += 8 * ((len(row_panels) + 2) // 3)
     return {
@@ -124,23 +294,45 @@ def dashboard() -> dict[str, Any]:
         "schemaVersion": 39,
         "refresh": "30s",
         "time": {"from": "now-24h", "to": "now"},
+        "annotations": {"list": [
+            {"name": "Annotations & Alerts", "type": "dashboard", "builtIn": 1, "enable": True,
+             "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+             "datasource": {"type": "grafana", "uid": "-- Grafana --"}},
+            # Watchdog always fires by design: it would mark every step.
+            {"name": "Firing alerts", "enable": True, "iconColor": "red",
+             "datasource": {"type": "prometheus", "uid": "${datasource}"},
+             "expr": 'ALERTS{alertstate="firing", alertname!="Watchdog"}', "step": "60s",
+             "titleFormat": "{{alertname}}", "textFormat": "{{severity}} {{query_class}} "
+             "{{measure}} {{instance}}", "tagKeys": "alertname,severity",
+             "useValueForTime": False},
+        ]},
         "templating": {"list": [
             {"name": "datasource", "type": "datasource", "query": "prometheus",
              "label": "Prometheus"},
-            {"name": "query_class", "type": "query", "label": "Query class",
-             "datasource": {"type": "prometheus", "uid": "${datasource}"},
-             "query": "label_values(search_queries_total, query_class)",
-             "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
-             "current": {"text": "All", "value": "$__all"}},
+            # searchmon_build_info: only searchmon targets export it, whatever their job.
+            _variable("job", "Job", "label_values(searchmon_build_info, job)"),
+            _variable("instance", "Instance",
+                      'label_values(searchmon_build_info{job=~"$job"}, instance)'),
+            _variable("query_class", "Query class",
+                      'label_values(search_queries_total{job=~"$job"}, query_class)'),
+            {"name": "runbook", "type": "constant", "label": "Runbook", "hide": 2,
+             "query": RUNBOOK},
         ]},
         "panels": panels,
     }
 
 
 def queries() -> list[tuple[str, str]]:
-    """(panel title, expr) of every panel target."""
-    return [(title, expr) for _, panels in ROWS for title, _, targets in panels
-            for _, expr in targets]
+    """(panel title, expr) of every panel target, with the values Grafana substitutes for
+    its variables when "All" is selected, so that Prometheus and promtool can run them."""
+    found = []
+    for _, panels in ROWS:
+        for panel in panels:
+            for _, expr in panel.targets:
+                for variable, value in ALL_VALUES.items():
+                    expr = expr.replace(variable, value)
+                found.append((panel.title, expr))
+    return found
 
 
 if __name__ == "__main__":
