@@ -113,10 +113,6 @@ class Daemon:
     def dead_letters_truncated(self) -> int:
         return self.source.dead_letters_truncated if self.source else 0
 
-    @property
-    def checkpoint_time(self) -> float | None:
-        return self.coordinator.checkpoint_time
-
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> int:

@@ -560,6 +560,7 @@ class Sessions:
                     session.last = time
             if session is None:
                 session = sessions[session_id] = Session(time)
+                # ``_schedule``, inline: once per new session on the per-event path
                 waiting = due.get(bucket := int((time + timeout) // width))
                 if waiting is None:
                     due[bucket] = [session_id]
@@ -610,11 +611,7 @@ class Sessions:
                     del sessions[session_id]
                     close(session_id, session)
                 else:  # active since it was scheduled: not due yet
-                    waiting = due.get(later := int(end // width))
-                    if waiting is None:
-                        due[later] = [session_id]
-                    else:
-                        waiting.append(session_id)
+                    self._schedule(session_id, end)
         self.next_due = (passed + 1) * self.bucket_seconds
 
     def close_all(self) -> None:

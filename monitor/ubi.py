@@ -98,12 +98,14 @@ class UbiReader:
             known = bool(results) or self.config.empty_hit_ids == "zero_results"
         else:
             results, known = [], False
+        if query_id is None:  # no id: the record's bytes name it
+            query_id = _digest("ubi", data)
         return QueryEvent(
-            event_id=f"ubi-query:{query_id}" if query_id is not None else _digest(data),
+            event_id=f"ubi-query:{query_id}",
             timestamp=stamp,
             session_id=session or (f"ubi-client:{client}" if client is not None else None)
-            or f"ubi-query:{query_id if query_id is not None else _digest(data)}",
-            query_id=query_id if query_id is not None else _digest(data),
+            or f"ubi-query:{query_id}",
+            query_id=query_id,
             query_text=text,  # type: ignore[arg-type]
             result_ids=results,
             client_id=client,
@@ -127,7 +129,7 @@ class UbiReader:
         session = SESSION_OF_QUERY + (fallback or f"ubi-query:{query_id}")
         if query_id is None:
             session = fallback or ""
-        event_id = "ubi-event:" + hashlib.blake2b(data, digest_size=12).hexdigest()
+        event_id = _digest("ubi-event", data)  # UBI events have no id: their bytes are it
         thing = attributes.get("object") or {}
         if not isinstance(thing, dict):
             raise _Invalid("event_attributes.object: expected an object")
@@ -238,8 +240,8 @@ def _id_value(value: Any, name: str) -> str:
     raise _Invalid(f"{name}: expected a string or an integer id")
 
 
-def _digest(data: bytes) -> str:
-    return "ubi:" + hashlib.blake2b(data, digest_size=12).hexdigest()
+def _digest(prefix: str, data: bytes) -> str:
+    return f"{prefix}:{hashlib.blake2b(data, digest_size=12).hexdigest()}"
 
 
 def decode(
