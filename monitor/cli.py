@@ -315,6 +315,7 @@ def _replay(args: argparse.Namespace) -> int:
     from monitor.export import export
     from monitor.http import MetricsServer
     from monitor.metrics import ExportCollector
+    from monitor.page import Status
     from monitor.pipeline import RejectionLog
     from monitor.replay import format_json as format_replay_json
     from monitor.replay import format_table, replay_files, report, tune_for_throughput
@@ -337,13 +338,14 @@ def _replay(args: argparse.Namespace) -> int:
         registry = CollectorRegistry()
         figures = export(pipeline)
         registry.register(ExportCollector(lambda: figures))
+        status = Status(lambda: figures, lambda: result["queries"])
         try:
-            server = MetricsServer.from_config(config.http, registry).start()
+            server = MetricsServer.from_config(config.http, registry, status=status).start()
         except (OSError, ssl.SSLError) as error:
             raise UsageError(f"cannot listen on {config.http.listen}: {error}") from None
         scheme = "https" if config.http.tls_certfile else "http"
-        print(f"serving {scheme}://{config.http.listen}/metrics (Ctrl-C to stop)",
-              file=sys.stderr)
+        print(f"serving {scheme}://{config.http.listen}/ (status page), /queries and /metrics "
+              "(Ctrl-C to stop)", file=sys.stderr)
         try:
             _wait_for_signal()
         finally:

@@ -16,12 +16,12 @@ altered, of another kind or of an unknown version fail with a ``CheckpointError`
 which; nothing in them can run code.
 
 Versions: 2 was a pickle of the live objects; ``monitor.format2`` reads it as data (an
-unpickler that builds no object) and migrates it. 3 applied events on arrival; 4 (this
-format) keeps the accepted events the watermark has not passed, each session's first event
-time, the clicks waiting for their query and the ends of recently closed sessions. A change
-of the snapshot types raises ``VERSION`` and adds a function
-``migrate_N_to_N+1(document) -> document`` to ``MIGRATIONS``, applied in turn to older
-documents before validation.
+unpickler that builds no object) and migrates it. 3 applied events on arrival; 4 keeps the
+accepted events the watermark has not passed, each session's first event time, the clicks
+waiting for their query and the ends of recently closed sessions; 5 (this format) adds the
+query lists and the worsened queries. A change of the snapshot types raises ``VERSION`` and
+adds a function ``migrate_N_to_N+1(document) -> document`` to ``MIGRATIONS``, applied in
+turn to older documents before validation.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from monitor.merge import LedgerState
 from monitor.pipeline import PipelineState
 from monitor.snapshots import Float, Int
 
-VERSION = 4
+VERSION = 5
 PREFIX = b"searchmon-checkpoint "
 STATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "sessions": (
@@ -79,7 +79,20 @@ def migrate_3_to_4(document: Document) -> Document:
     return document
 
 
-MIGRATIONS: dict[int, Callable[[Document], Document]] = {3: migrate_3_to_4}
+def migrate_4_to_5(document: Document) -> Document:
+    """Format 4 kept no query lists and no worsened queries: they start empty."""
+    pipeline = document.get("pipeline") if isinstance(document, dict) else None
+    if not isinstance(pipeline, dict):
+        return document  # a ledger, or malformed (then validation says so)
+    pipeline["queries"] = None
+    judged = pipeline.get("judged")
+    if isinstance(judged, dict):
+        judged["worsened"] = None
+        judged["drift"] = []
+    return document
+
+
+MIGRATIONS: dict[int, Callable[[Document], Document]] = {3: migrate_3_to_4, 4: migrate_4_to_5}
 """``MIGRATIONS[n]`` turns a version-n payload into a version n+1 payload."""
 
 

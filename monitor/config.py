@@ -276,6 +276,47 @@ class UbiConfig(Section):
         return self
 
 
+class QueryListsConfig(Section):
+    """Which queries (README: "Query lists and the status page")."""
+
+    enabled: bool = True
+    """Off: no query text is kept or shown anywhere (lists and worsened queries)."""
+    capacity: int = Field(default=1000, ge=10, le=100_000)
+    """Counters per query class, per list and per time bucket of a window."""
+    min_sessions: int = Field(default=5, ge=1, le=1000)
+    """A query is shown only once this many distinct sessions issued it in the window."""
+    windows: list[Duration] = [3600.0, 86400.0]
+    """Rolling windows of the lists, in event time."""
+    top: int = Field(default=20, ge=1, le=1000)
+    """Rows per list."""
+    min_searches: int = Field(default=20, ge=1)
+    """Searches a query needs (in the window) to be ranked in the lowest-CTR list."""
+    redact: list[Literal["email", "digits"]] = ["email", "digits"]
+    """Built-in redactions applied to query text before anything is kept: e-mail addresses
+    (``<email>``), runs of six or more digits (``<digits>``)."""
+    redact_patterns: list[str] = []
+    """More regular expressions; each match becomes ``<redacted>``."""
+
+    @field_validator("windows")
+    @classmethod
+    def _positive(cls, windows: list[float]) -> list[float]:
+        if not windows or any(w <= 0 for w in windows) or len(set(windows)) != len(windows):
+            raise ValueError("expected distinct positive durations")
+        return windows
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"{pattern!r} is not a regular expression: {error}") from None
+            if compiled.match(""):
+                raise ValueError(f"{pattern!r} matches the empty string")
+        return patterns
+
+
 class Config(Section):
     kafka: KafkaConfig = KafkaConfig()
     http: HttpConfig = HttpConfig()
@@ -285,6 +326,7 @@ class Config(Section):
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
     ubi: UbiConfig = UbiConfig()
+    query_lists: QueryListsConfig = QueryListsConfig()
 
 
 class ConfigError(Exception):

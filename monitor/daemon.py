@@ -42,6 +42,7 @@ from monitor.export import Export
 from monitor.http import MetricsServer
 from monitor.merge import Key
 from monitor.metrics import ExportCollector, consumer_metrics
+from monitor.page import Status
 from monitor.source import KafkaSource, RebalanceFence, Records
 from monitor.worker import (
     Assign,
@@ -129,10 +130,12 @@ class Daemon:
         registry = CollectorRegistry()
         registry.register(ExportCollector(lambda: self.exported, self._daemon_metrics))
         ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
+        status = Status(lambda: self.exported, lambda: self.coordinator.queries)
         server = MetricsServer.from_config(
-            self.config.http, registry, self._not_ready, self._not_alive
+            self.config.http, registry, self._not_ready, self._not_alive, status
         ).start()
-        log.info("serving http://%s/metrics", self.config.http.listen)
+        log.info("serving http://%s/metrics, the status page at / and /queries",
+                 self.config.http.listen)
         source: KafkaSource | None = None
         backoff = 1.0
         try:

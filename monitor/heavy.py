@@ -249,14 +249,18 @@ class HeavyQueries:
         self._sessions: dict[str, set[int]] = {}
 
     def add(self, query: str, session: str, weight: int = 1) -> None:
+        self.add_hashed(query, session_hash(session), weight)
+
+    def add_hashed(self, query: str, session: int, weight: int = 1) -> None:
+        """``add`` with the session's ``session_hash`` (computed once for several summaries)."""
         evicted = self.counts.add(query, weight)
         if evicted is not None:
             del self._sessions[evicted]
         sessions = self._sessions.get(query)
         if sessions is None:
-            self._sessions[query] = {session_hash(session)}
+            self._sessions[query] = {session}
         elif len(sessions) < self.min_sessions:
-            sessions.add(session_hash(session))
+            sessions.add(session)
 
     def distinct(self, query: str) -> int:
         """A lower bound on the distinct sessions that issued ``query``, at most min_sessions."""

@@ -1,4 +1,5 @@
-"""The HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and ``/readyz``.
+"""The HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and ``/readyz``;
+with a ``Status``, the status page at ``/`` and the query lists at ``/queries``.
 
 ``/readyz`` answers 200 when the caller's readiness check passes (the daemon: connected to
 the broker and caught up with its checkpoint) and 503 with the reason otherwise; ``/livez``
@@ -19,6 +20,7 @@ import asyncio
 import gzip
 import http.client
 import io
+import json
 import logging
 import queue
 import re
@@ -34,11 +36,15 @@ from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import parse_qs
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from monitor import page
 from monitor.config import HttpConfig
+from monitor.page import Status
+from monitor.queryreport import FilterError, select
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +88,14 @@ class MetricsServer:
         self, address: tuple[str, int], registry: CollectorRegistry,
         ready: Readiness = lambda: None, tls: ssl.SSLContext | None = None,
         alive: Readiness = lambda: None, *, limits: Limits = Limits(),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, status: Status | None = None,
     ) -> None:
         self._limits = limits
         self._tls = tls
         self._clock = clock
-        self._site = _Site(registry, ready, alive, _Pages(registry, limits.cache_seconds, clock))
+        self._site = _Site(
+            registry, ready, alive, _Pages(registry, limits.cache_seconds, clock), status
+        )
         self._workers = _Workers(limits.workers)
         self._socket = _listen(address, limits.backlog)
         self._open: set[asyncio.StreamWriter] = set()
@@ -102,13 +110,13 @@ class MetricsServer:
     @classmethod
     def from_config(
         cls, http: HttpConfig, registry: CollectorRegistry, ready: Readiness = lambda: None,
-        alive: Readiness = lambda: None,
+        alive: Readiness = lambda: None, status: Status | None = None,
     ) -> MetricsServer:
         """The server of ``[http]``: HTTPS (and mutual TLS) when its TLS files are set."""
         tls = None
         if http.tls_certfile is not None and http.tls_keyfile is not None:
             tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
-        return cls(http.address, registry, ready, tls, alive)
+        return cls(http.address, registry, ready, tls, alive, status=status)
 
     @property
     def port(self) -> int:
@@ -234,6 +242,8 @@ class _Request(NamedTuple):
     keep_alive: bool
     received: float
     """The clock when the request had arrived whole."""
+    query: str = ""
+    """The target's query string (after ``?``)."""
 
 
 class _Answer(NamedTuple):
@@ -272,9 +282,10 @@ def _parse(head: bytes, received: float) -> _Request | _Answer:
     keep_alive = not has_body and (
         "close" not in connection if version[2] != "0" else "keep-alive" in connection
     )
+    path, _, query = target.partition("?")
     return _Request(
-        method, target.split("?", 1)[0], headers.get("Accept", ""),
-        _accepts_gzip(headers.get("Accept-Encoding", "")), keep_alive, received,
+        method, path, headers.get("Accept", ""),
+        _accepts_gzip(headers.get("Accept-Encoding", "")), keep_alive, received, query,
     )
 
 
@@ -318,11 +329,13 @@ class _Site:
     """The answers to GET and HEAD, made in the worker threads."""
 
     def __init__(
-        self, registry: CollectorRegistry, ready: Readiness, alive: Readiness, pages: _Pages
+        self, registry: CollectorRegistry, ready: Readiness, alive: Readiness, pages: _Pages,
+        status: Status | None = None,
     ) -> None:
         self._ready = ready
         self._alive = alive
         self._pages = pages
+        self._status = status
 
     def answer(self, request: _Request) -> _Answer:
         if request.path == "/metrics":
@@ -333,8 +346,42 @@ class _Site:
             return _probe(self._ready(), "ready")
         if request.path == "/livez":
             return _probe(self._alive(), "alive")
-        return _Answer(HTTPStatus.NOT_FOUND,
-                       b"not found: try /metrics, /healthz, /livez or /readyz\n")
+        if self._status is not None and request.path in ("/", "/queries"):
+            try:
+                return self._show(request, self._status)
+            except Exception as error:
+                log.exception("rendering %s failed", request.path)
+                return _Answer(HTTPStatus.INTERNAL_SERVER_ERROR,
+                               f"rendering failed: {error!r}\n".encode())
+        return _Answer(HTTPStatus.NOT_FOUND, (
+            b"not found: try /, /queries, /metrics, /healthz, /livez or /readyz\n"
+            if self._status is not None else
+            b"not found: try /metrics, /healthz, /livez or /readyz\n"
+        ))
+
+    def _show(self, request: _Request, status: Status) -> _Answer:
+        """The status page or the query lists, filtered by the query string."""
+        asked = {k: v[-1] for k, v in parse_qs(request.query).items()}
+        unknown = asked.keys() - {"class", "window", "list"}
+        if unknown:
+            return _Answer(HTTPStatus.BAD_REQUEST, (
+                f"unknown parameter {sorted(unknown)[0]!r}: filters are class, window and "
+                "list\n").encode())
+        queries = status.queries()
+        if request.path == "/":
+            return _Answer(HTTPStatus.OK, page.render(status.export(), queries,
+                                                      asked.get("class")),
+                           "text/html; charset=utf-8")
+        if queries is None:
+            return _Answer(HTTPStatus.SERVICE_UNAVAILABLE,
+                           b"query lists not computed yet: they come with the first "
+                           b"checkpoint\n", headers=(("Retry-After", "5"),))
+        try:
+            chosen = select(queries, asked.get("class"), asked.get("window"), asked.get("list"))
+        except FilterError as error:
+            return _Answer(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
+        return _Answer(HTTPStatus.OK, json.dumps(chosen, indent=1).encode() + b"\n",
+                       "application/json")
 
     def _metrics(self, request: _Request) -> _Answer:
         try:

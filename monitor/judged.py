@@ -285,6 +285,52 @@ class JudgedState:
     totals: CellsState
     judged_classes: list[Int]
     judged_counts: list[Int]
+    worsened: WorsenedState | None
+    drift: list[DriftState]
+
+
+@dataclass(frozen=True)
+class WorsenedCell:
+    """The queries of one class (-1: overall) and measure whose score dropped most."""
+
+    klass: Int
+    measure: Int
+    keys: list[str]
+    before: list[Float]
+    after: list[Float]
+
+
+@dataclass(frozen=True)
+class WorsenedState:
+    sample_id: str
+    baseline_id: str
+    cells: list[WorsenedCell]
+
+
+@dataclass(frozen=True)
+class DriftState:
+    """Per live-joined query: its class, and score sums and counts per measure (``measures``
+    sums, then ``measures`` counts) in each half-window bucket kept."""
+
+    window: Float
+    keys: list[str]
+    klass: list[Int]
+    buckets: list[list[Int]]
+    sums: list[list[list[Float]]]
+
+
+@dataclass(frozen=True)
+class Worsened:
+    """The latest completed sample against its baseline: per (class, measure), the shared
+    queries whose score dropped most, as (key, baseline score, sample score)."""
+
+    sample_id: str
+    baseline_id: str
+    cells: dict[tuple[int, int], list[tuple[str, float, float]]]
+
+
+WORSENED_ROWS = 20
+"""Queries kept per (class, measure) that dropped most."""
 
 
 @dataclass
@@ -316,6 +362,13 @@ class Judged:
     """All-time sums and counts of sample scores per (class or OVERALL, measure)."""
     judged_queries: dict[int, int] = field(default_factory=dict)
     """All-time number of scored sample queries per class or OVERALL."""
+    worsened: Worsened | None = None
+    drift: dict[float, dict[str, tuple[int, dict[int, list[float]]]]] = field(
+        default_factory=dict
+    )
+    """Per window length: per live-joined query key, its class and, per bucket of half the
+    window (event time // (length / 2)), the sums then the counts of its scores per measure.
+    The newest four buckets are kept: the last window and the one before it."""
 
     def __post_init__(self) -> None:
         self._memo: dict[tuple[str, tuple[str, ...]], tuple[dict[str, int], FloatArray]] = {}
@@ -323,6 +376,8 @@ class Judged:
         for source in SOURCES:
             for length in self.config.windows:
                 self.time_windows[(source, length)] = Window(length)
+        for length in self.config.windows:
+            self.drift[length] = {}
 
     # --- input -----------------------------------------------------------------------------
 
@@ -418,7 +473,9 @@ class Judged:
         batch, self.pending = self.pending, []
         matrix = self._scores_of(batch)
         for pending, row in zip(batch, matrix.tolist(), strict=True):
-            if pending.sample_id is not None:
+            if pending.sample_id is None:
+                self._drift(pending, row)
+            else:
                 values = tuple(row)
                 self._count_sample_query(pending.klass, values)
                 sample = self.open_samples.get(pending.sample_id)
@@ -505,6 +562,62 @@ class Judged:
     def _evict(self) -> None:
         for window in self.time_windows.values():
             window.evict(self.clock)
+        if math.isinf(self.clock):
+            return
+        for length, keys in self.drift.items():
+            first = int(self.clock // (length / 2)) - 3
+            for key in [k for k, (_, buckets) in keys.items() if max(buckets) < first]:
+                del keys[key]
+
+    def _drift(self, pending: Pending, row: Sequence[float]) -> None:
+        measures = len(row)
+        for length, keys in self.drift.items():
+            index = int(pending.time // (length / 2))
+            if math.isfinite(self.clock) and index < int(self.clock // (length / 2)) - 3:
+                continue  # older than the two windows compared
+            entry = keys.get(pending.key)
+            if entry is None or entry[0] != pending.klass:
+                entry = keys[pending.key] = (pending.klass, {})
+            buckets = entry[1]
+            cell = buckets.get(index)
+            if cell is None:
+                cell = buckets[index] = [0.0] * (2 * measures)
+                for old in [b for b in buckets if b < index - 3]:
+                    del buckets[old]
+            for m, value in enumerate(row):
+                if not math.isnan(value):
+                    cell[m] += value
+                    cell[measures + m] += 1.0
+
+    def drifted(self, length: float) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
+        """Live-joined queries whose mean score over the last ``length`` of event time (the
+        newest two half-window buckets, the current one partial) dropped most against the
+        ``length`` before it: per (class or OVERALL, measure), at most ``WORSENED_ROWS``
+        (key, mean before, mean now), largest drop first."""
+        measures = len(self.specs)
+        if math.isinf(self.clock):
+            return {}
+        now = int(self.clock // (length / 2))
+        drops: dict[tuple[int, int], list[tuple[float, str, float, float]]] = {}
+        for key, (klass, buckets) in self.drift.get(length, {}).items():
+            recent = [buckets[b] for b in (now - 1, now) if b in buckets]
+            earlier = [buckets[b] for b in (now - 3, now - 2) if b in buckets]
+            if not recent or not earlier:
+                continue
+            for m in range(measures):
+                after_n = sum(c[measures + m] for c in recent)
+                before_n = sum(c[measures + m] for c in earlier)
+                if not after_n or not before_n:
+                    continue
+                after = sum(c[m] for c in recent) / after_n
+                before = sum(c[m] for c in earlier) / before_n
+                if after < before:
+                    for k in (klass, OVERALL):
+                        drops.setdefault((k, m), []).append((after - before, key, before, after))
+        return {
+            cell: [(key, before, after) for _, key, before, after in sorted(rows)[:WORSENED_ROWS]]
+            for cell, rows in sorted(drops.items())
+        }
 
     def _complete(self, sample: Sample) -> None:
         del self.open_samples[sample.sample_id]
@@ -555,6 +668,13 @@ class Judged:
             if p_value >= config.max_p_value / (len(testable) - rank):
                 break
             significant.add(key)
+        self.worsened = Worsened(sample.sample_id, baseline.sample_id, {
+            (klass, m): _dropped(
+                [k for k in shared if klass == OVERALL or sample.scores[k][0] == klass],
+                sample, baseline, m,
+            )
+            for klass, m in results
+        })
         for key, comparison in results.items():
             verdict: bool | None = None
             if comparison.shared >= config.min_shared_queries:
@@ -600,6 +720,21 @@ class Judged:
             totals=CellsState.of({k: [t, float(n)] for k, (t, n) in self.totals.items()}),
             judged_classes=list(self.judged_queries),
             judged_counts=list(self.judged_queries.values()),
+            worsened=None if self.worsened is None else WorsenedState(
+                self.worsened.sample_id, self.worsened.baseline_id, [
+                    WorsenedCell(klass, m, [r[0] for r in rows], [r[1] for r in rows],
+                                 [r[2] for r in rows])
+                    for (klass, m), rows in sorted(self.worsened.cells.items())
+                ],
+            ),
+            drift=[
+                DriftState(
+                    length, list(keys), [klass for klass, _ in keys.values()],
+                    [sorted(buckets) for _, buckets in keys.values()],
+                    [[buckets[b] for b in sorted(buckets)] for _, buckets in keys.values()],
+                )
+                for length, keys in self.drift.items()
+            ],
         )
 
     def restore(self, state: JudgedState, classes: int) -> None:
@@ -673,6 +808,50 @@ class Judged:
         for klass in state.judged_classes:
             klass_ok(klass)
         self.judged_queries = dict(zip(state.judged_classes, state.judged_counts, strict=True))
+        self.worsened = None
+        if state.worsened is not None:
+            cells = {}
+            for cell in state.worsened.cells:
+                klass_ok(cell.klass)
+                require(0 <= cell.measure < measures
+                        and len(cell.keys) <= WORSENED_ROWS,
+                        "judged state: a worsened cell's measure or size")
+                same_lengths("worsened queries", cell.keys, cell.before, cell.after)
+                cells[(cell.klass, cell.measure)] = list(
+                    zip(cell.keys, cell.before, cell.after, strict=True)
+                )
+            self.worsened = Worsened(state.worsened.sample_id, state.worsened.baseline_id,
+                                     cells)
+        drift = {d.window: d for d in state.drift}
+        require(drift.keys() <= self.drift.keys(),
+                "judged state: live drift of a window not configured")
+        for length in self.drift:
+            found = drift.get(length)
+            keys: dict[str, tuple[int, dict[int, list[float]]]] = {}
+            if found is not None:
+                same_lengths("live drift", found.keys, found.klass, found.buckets, found.sums)
+                for text, klass, buckets, sums in zip(
+                    found.keys, found.klass, found.buckets, found.sums, strict=True
+                ):
+                    require(0 <= klass < classes and 0 < len(buckets) <= 4
+                            and len(buckets) == len(sums)
+                            and all(len(row) == 2 * measures for row in sums),
+                            "judged state: a live drift row")
+                    keys[text] = (klass, dict(zip(buckets, (list(r) for r in sums),
+                                                  strict=True)))
+            self.drift[length] = keys
+
+
+def _dropped(
+    keys: list[str], sample: Sample, baseline: Sample, measure: int
+) -> list[tuple[str, float, float]]:
+    """The shared ``keys`` whose ``measure`` fell most from ``baseline`` to ``sample``."""
+    drops = []
+    for key in keys:
+        before, after = baseline.scores[key][1][measure], sample.scores[key][1][measure]
+        if after < before:  # False for NaN
+            drops.append((after - before, key, before, after))
+    return [(key, before, after) for _, key, before, after in sorted(drops)[:WORSENED_ROWS]]
 
 
 def _sample_state(sample: Sample) -> SampleState:

@@ -329,6 +329,9 @@ class Sessions:
     served list, handed to ``served`` when the query leaves its session's memory."""
     served: Callable[[int, float, str, list[str]], None] | None = None
     """Where a rebuilt served list goes (the qrels join); set by the pipeline."""
+    finished: Callable[[str, int, float, bool], None] | None = None
+    """Told each query that leaves its session's memory (id, class, time, whether it got
+    a click): the query lists; set by the pipeline."""
     resolving: bool = False
     """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
     the pipeline (UBI events), so that other events pay nothing for it."""
@@ -629,6 +632,8 @@ class Sessions:
 
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
+        if self.finished is not None:
+            self._finish(session)
         if self.shown:
             for known in _query_ids(session):
                 self._served(known)
@@ -652,6 +657,18 @@ class Sessions:
         per_session = counters.queries_per_session
         per_session.counts[c][bisect_left(per_session.bounds, session.queries)] += 1
         per_session.sums[c] += session.queries
+
+    def _finish(self, session: Session) -> None:
+        finished = self.finished
+        assert finished is not None
+        older = session.older
+        if older:
+            for i in range(0, len(older), 4):
+                finished(older[i], older[i + 1], older[i + 2],
+                         bool(older[i + 3] & QUERY_CLICKED))
+        if session.query_id is not None:
+            finished(session.query_id, session.query_class, session.query_time,
+                     bool(session.flags & QUERY_CLICKED))
 
     # --- the counts taken on arrival (the pipeline counts queries, impressions, zero results)
 
@@ -723,6 +740,8 @@ class Sessions:
                       session.flags & QUERY_BITS)
             if len(older) >= self._older_slots:
                 forgotten = older[0]
+                if self.finished is not None:
+                    self.finished(forgotten, older[1], older[2], bool(older[3] & QUERY_CLICKED))
                 del older[:4]
                 if self.shown and forgotten not in _query_ids(session):
                     self._served(forgotten)

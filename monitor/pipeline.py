@@ -51,6 +51,7 @@ from monitor.online import (
     Sessions,
     SessionsState,
 )
+from monitor.querylists import QueryLists, QueryListsState
 from monitor.snapshots import Int, require
 from monitor.ubi import UbiReader
 
@@ -135,6 +136,8 @@ class PipelineState:
     sessions: SessionsState
     health: HealthState
     judged: JudgedState
+    queries: QueryListsState | None
+    """The query lists (None: disabled when it was taken)."""
 
 
 class Pipeline:
@@ -152,6 +155,9 @@ class Pipeline:
         self._max_bytes = config.input.max_event_bytes
         self._class_index = self.classes.index
         self.judged = Judged(config.offline)
+        self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
+        if self.lists is not None:
+            self.sessions.finished = self.lists.finished
         self._ubi = UbiReader(config.ubi)
         self._seconds_of: dict[str, float] = {}
         """Epoch seconds of ``YYYY-MM-DDTHH:MM:SS`` prefixes of timestamps (``_seconds``)."""
@@ -300,8 +306,13 @@ class Pipeline:
             results = len(event.result_ids)
             counters.result_impressions[klass] += results
             count = event.result_count
-            if (count == 0) if count is not None else (results == 0 and event.results_known):
+            zero = (count == 0) if count is not None else (results == 0 and event.results_known)
+            if zero:
                 counters.zero_result_queries[klass] += 1
+            if self.lists is not None:
+                self.lists.searched(
+                    klass, accepted[0], event.query_id, event.query_text, accepted[3], zero
+                )
             if event.latency_ms is not None:
                 sessions.count_latency(klass, event.latency_ms / 1000.0)
             if event.results_known:
@@ -322,6 +333,7 @@ class Pipeline:
         return PipelineState(
             list(self.classes.names), self.counters.snapshot(), self.sessions.snapshot(),
             self.health.snapshot(), self.judged.snapshot(),
+            self.lists.snapshot() if self.lists is not None else None,
         )
 
     @classmethod
@@ -351,6 +363,12 @@ class Pipeline:
         pipeline.sessions.restore(state.sessions, count)
         pipeline.health = Health.restore(state.health)
         pipeline.judged.restore(state.judged, count)
+        lists = pipeline.lists
+        if lists is not None and state.queries is not None and not lists.restore(
+            state.queries, count
+        ):
+            log.info("query lists were kept under other [query_lists] settings: they start "
+                     "anew")
         return pipeline
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from monitor.events import Rejection
 from monitor.judged import OVERALL
 from monitor.online import OnlineCounters
 from monitor.pipeline import JudgedMessage, Pipeline, Read, RejectionLog
+from monitor.queryreport import query_report
 
 GZIP_MAGIC = b"\x1f\x8b"
 logger = logging.getLogger(__name__)
@@ -345,7 +346,8 @@ def _online_entry(counters: OnlineCounters, classes: list[int]) -> dict[str, Any
 
 
 def report(pipeline: Pipeline) -> dict[str, Any]:
-    """The replay report: online and offline results overall and per class, rejections."""
+    """The replay report: online and offline results overall and per class, rejections,
+    the query lists."""
     names = pipeline.classes.names
     online = {"all": _online_entry(pipeline.counters, list(range(len(names))))}
     for klass, name in enumerate(names):
@@ -358,6 +360,7 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
         "rejected": rejected,
         "unmatched_clicks": pipeline.sessions.unmatched_clicks,
         "ignored_actions": pipeline.health.ignored_actions,
+        "queries": query_report([pipeline], pipeline, pipeline.config),
     }
 
 

@@ -44,6 +44,7 @@ from monitor.codec import UnitState
 from monitor.config import Config
 from monitor.export import Export, export
 from monitor.pipeline import Pipeline, RejectionLog
+from monitor.queryreport import Report, query_report
 from monitor.replay import tune_for_throughput
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,8 @@ class Checkpointed:
     """The partitions whose state changed and was written: their offsets and views."""
     written_at: float = 0.0
     offsets: dict[Key, int] = field(default_factory=dict)
+    queries: Report | None = None
+    """The query lists of every partition owned, merged (None: unchanged since the last)."""
 
 
 Answer = Ready | Refused | Failed | Assigned | Rewound | Processed | Checkpointed
@@ -183,6 +186,9 @@ class PartitionStates:
         self.units: dict[Key, Pipeline] = {}
         self.offsets: dict[Key, int] = {}
         self.dirty: set[Key] = set()
+        self.shown_dirty = True
+        """Whether a partition changed since the query lists were last merged."""
+        self.shown_units: frozenset[Key] | None = None
         self.offline: Key | None = None
         """The judgments partition whose offline state the others forward to."""
         self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
@@ -214,7 +220,7 @@ class PartitionStates:
                 return Rewound(dict(self.offsets))
             case Checkpoint(keys, topic_ids):
                 written, written_at = self.checkpoint(set(keys), topic_ids)
-                return Checkpointed(written, written_at, dict(self.offsets))
+                return Checkpointed(written, written_at, dict(self.offsets), self.queries())
             case Drop(keys):
                 self.drop(set(keys))
                 return None
@@ -239,6 +245,16 @@ class PartitionStates:
             answers[key] = Restored(offset, export(pipeline), writer, topic_id)
         self._join()
         return answers
+
+    def queries(self) -> Report | None:
+        """The merged query lists, when a partition changed or came or went since the last
+        time they were asked for."""
+        owned = frozenset(self.units)
+        if not self.shown_dirty and owned == self.shown_units:
+            return None
+        self.shown_dirty, self.shown_units = False, owned
+        owner = self.units.get(self.offline) if self.offline is not None else None
+        return query_report([self.units[k] for k in sorted(self.units)], owner, self.config)
 
     def rewind(self, keys: set[Key]) -> None:
         for key in keys & self.units.keys():
@@ -302,6 +318,7 @@ class PartitionStates:
                     pipeline.forward_to(owner)
             offsets[key] = numbers[-1] + 1
             self.dirty.add(key)
+            self.shown_dirty = True
         if owner is not None and parts:
             owner.offline_tick(
                 max(p.sessions.newest for p in units.values()), judgments_caught_up

@@ -27,9 +27,11 @@ from monitor.pipeline import Pipeline
 from tests.conftest import DATA
 
 CUT = 24000
-FIXTURE = DATA / "checkpoint-v4.ckpt"
-"""A partition's checkpoint written by format 4 (``SEARCHMON_WRITE_GOLDEN=1`` rewrites it):
+FIXTURE = DATA / "checkpoint-v5.ckpt"
+"""A partition's checkpoint written by format 5 (``SEARCHMON_WRITE_GOLDEN=1`` rewrites it):
 the first ``CUT`` messages of ``fixture_stream()`` under the default configuration."""
+FIXTURE_V4 = DATA / "checkpoint-v4.ckpt"
+"""The same, written by format 4 (no query lists, no worsened queries); migrated on read."""
 FIXTURE_V3 = DATA / "checkpoint-v3.ckpt"
 """The same, written by format 3 (which applied events on arrival); migrated on read."""
 
@@ -55,7 +57,7 @@ def encoded(pipeline: Pipeline, offset: int = 0) -> bytes:
     ))
 
 
-def test_the_committed_checkpoint_of_format_4_restores_as_the_stream_it_holds() -> None:
+def test_the_committed_checkpoint_of_format_5_restores_as_the_stream_it_holds() -> None:
     """Every later format must read this file (or migrate it): an upgrade keeps the open
     sessions, windows and baselines of a running deployment."""
     stream = fixture_stream()
@@ -69,7 +71,20 @@ def test_the_committed_checkpoint_of_format_4_restores_as_the_stream_it_holds() 
     assert close(export(restored), export(reference))
     assert restored.sessions.open_count > 0 and restored.judged.verdicts
     assert restored.sessions.waiting, "events waiting for the watermark are kept"
+    assert restored.lists is not None and reference.lists is not None
+    assert restored.lists.snapshot() == reference.lists.snapshot()
+    assert restored.lists.open, "queries waiting for their outcome are kept"
+    assert restored.judged.worsened == reference.judged.worsened is not None
     counts_on(restored, reference, stream[CUT:])
+
+
+def test_the_committed_checkpoint_of_format_4_migrates_with_empty_query_lists() -> None:
+    stream = fixture_stream()
+    unit, restored = restore_unit(FIXTURE_V4.read_bytes(), str(FIXTURE_V4), Config())
+    assert unit.offset == CUT and restored.sessions.waiting
+    assert restored.lists is not None and not restored.lists.open
+    assert restored.judged.worsened is None
+    counts_on(restored, fed(stream[:CUT]), stream[CUT:])
 
 
 def counts_on(restored: Pipeline, reference: Pipeline, rest: list[bytes]) -> None:
@@ -122,7 +137,7 @@ def test_a_ledger_round_trips() -> None:
     (b"", "bad header"),
     (b"PK\x03\x04 a zip file", "bad header"),
     (b"searchmon-checkpoint 2\nabc\n\x80\x05", "checksum"),  # format 2: migrated if whole
-    (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 4"),
+    (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 5"),
     (b"searchmon-checkpoint 3 ledger\nabc\n{}", "a ledger checkpoint where a unit"),
     (b"searchmon-checkpoint 3 unit\nabc\n{}", "checksum"),
 ])

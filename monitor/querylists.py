@@ -1,0 +1,353 @@
+"""Which queries: the top lists per query class over rolling windows, bounded and private.
+
+Per window (``[query_lists] windows``), per time bucket of a quarter of the window and per
+query class, a ``Tally`` keeps three Space-Saving summaries (``monitor.heavy``) of
+``capacity`` counters each:
+
+- ``searches``: every accepted query, on arrival, with a bounded set of hashed session ids
+  per kept query (the k-anonymity test: a query is shown once ``min_sessions`` distinct
+  sessions issued it in the window);
+- ``zero_results``: the queries that found nothing, on arrival;
+- ``outcomes``: every query once its outcome is known (it left its session's memory: the
+  session closed, or it was older than ``recent_queries``), with the number of those that got
+  a click. A kept query's count minus its error is exactly the searches counted since it was
+  kept; its clicks are counted over the same searches, so ``clicked / (count - error)`` is
+  the click-through rate of those searches, and ``count - error - clicked`` the searches
+  without a click.
+
+A window is the merge of its buckets (a window of length L covers between L and L + L/4 of
+event time); the overall lists merge the classes. Text is normalised (case-folded, blanks
+collapsed) and redacted before anything is kept. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.classes import normalise
+from monitor.config import QueryListsConfig
+from monitor.heavy import (
+    DIGITS,
+    EMAIL,
+    HeavyQueries,
+    HeavyQueriesState,
+    Redaction,
+    SpaceSaving,
+    SpaceSavingState,
+    merge_states,
+    redact,
+    session_hash,
+)
+from monitor.snapshots import Float, Int, require, same_lengths
+
+BUCKETS = 4
+"""Time buckets per window."""
+LISTS = ("searches", "zero_results", "no_clicks", "low_ctr")
+BUILT_IN = {"email": EMAIL, "digits": DIGITS}
+
+
+def redactions(config: QueryListsConfig) -> tuple[Redaction, ...]:
+    return (
+        *(BUILT_IN[name] for name in config.redact),
+        *(Redaction(re.compile(p), "<redacted>") for p in config.redact_patterns),
+    )
+
+
+def settings_digest(config: QueryListsConfig) -> str:
+    """The settings the lists' state is laid out by: lists kept under others start anew."""
+    settings = config.model_dump(mode="json", exclude={"enabled", "top", "min_searches"})
+    return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]
+
+
+def window_name(seconds: float) -> str:
+    """``3600`` -> ``1h``, ``86400`` -> ``24h``, ``604800`` -> ``7d``, ``90`` -> ``90s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0 and not (unit == "d" and seconds <= 3 * 86400):
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+class Tally:
+    """One class in one time bucket of one window."""
+
+    __slots__ = ("clicked", "outcomes", "searches", "zero")
+
+    def __init__(self, capacity: int, min_sessions: int) -> None:
+        self.searches = HeavyQueries(capacity, min_sessions)
+        self.zero = SpaceSaving(capacity)
+        self.outcomes = SpaceSaving(capacity)
+        self.clicked: dict[str, int] = {}
+
+    def searched(self, key: str, session: int, zero: bool) -> None:
+        self.searches.add_hashed(key, session)
+        if zero:
+            self.zero.add(key)
+
+    def finished(self, key: str, clicked: bool) -> None:
+        evicted = self.outcomes.add(key)
+        if evicted is not None:
+            self.clicked.pop(evicted, None)
+        if clicked:
+            self.clicked[key] = self.clicked.get(key, 0) + 1
+
+    def snapshot(self) -> TallyState:
+        outcomes = self.outcomes.snapshot()
+        return TallyState(
+            self.searches.snapshot(), self.zero.snapshot(), outcomes,
+            [self.clicked.get(key, 0) for key in outcomes.keys],
+        )
+
+    @staticmethod
+    def restore(state: TallyState, capacity: int, min_sessions: int) -> Tally:
+        tally = Tally(capacity, min_sessions)
+        check_tally(state, capacity)
+        tally.searches.restore(state.searches)
+        tally.zero.restore(state.zero)
+        tally.outcomes.restore(state.outcomes)
+        tally.clicked = {k: n for k, n in zip(state.outcomes.keys, state.clicked, strict=True)
+                         if n}
+        return tally
+
+
+@dataclass(frozen=True)
+class TallyState:
+    searches: HeavyQueriesState
+    zero: SpaceSavingState
+    outcomes: SpaceSavingState
+    clicked: list[Int]
+    """Per key of ``outcomes``, in its order: the searches counted there that got a click."""
+
+
+def check_tally(state: TallyState, capacity: int) -> None:
+    same_lengths("query lists: clicks", state.outcomes.keys, state.clicked)
+    require(
+        all(0 <= n <= c - e for n, c, e in zip(
+            state.clicked, state.outcomes.counts, state.outcomes.errors, strict=True
+        )),
+        "query lists: more clicked searches than searches",
+    )
+
+
+@dataclass(frozen=True)
+class BucketState:
+    window: Float
+    index: Int
+    classes: list[Int]
+    tallies: list[TallyState]
+
+
+@dataclass(frozen=True)
+class QueryListsState:
+    """The tallies by window, bucket and class index, and the queries waiting for their
+    outcome (id and key)."""
+
+    settings: str
+    buckets: list[BucketState]
+    open_ids: list[str]
+    open_keys: list[str]
+
+
+class QueryLists:
+    """The query lists of one pipeline."""
+
+    def __init__(self, config: QueryListsConfig) -> None:
+        self.config = config
+        self._capacity = config.capacity
+        self._min_sessions = config.min_sessions
+        self._redactions = redactions(config)
+        self._windows = [(length, length / BUCKETS) for length in config.windows]
+        self.buckets: dict[float, dict[int, dict[int, Tally]]] = {
+            length: {} for length in config.windows
+        }
+        """Window length -> bucket index (event time // (length / 4)) -> class -> tally."""
+        self._first: dict[float, int] = dict.fromkeys(config.windows, -(2**62))
+        """Per window: the oldest bucket still kept."""
+        self.open: dict[str, str] = {}
+        """Queries whose outcome is not known yet: query id -> key."""
+        self._keys: dict[str, str] = {}
+        """A bounded memo of text -> key (normalising and redacting costs a few us)."""
+
+    def key(self, text: str) -> str:
+        key = self._keys.get(text)
+        if key is None:
+            key = redact(normalise(text), self._redactions)
+            if len(self._keys) >= 65536:
+                self._keys.clear()
+            self._keys[text] = key
+        return key
+
+    def searched(
+        self, klass: int, time: float, query_id: str, text: str, session_id: str, zero: bool
+    ) -> None:
+        """An accepted query, on arrival."""
+        key = self.key(text)
+        self.open[query_id] = key
+        session = session_hash(session_id)
+        for tally in self._tallies(klass, time):
+            tally.searched(key, session, zero)
+
+    def finished(self, query_id: str, klass: int, time: float, clicked: bool) -> None:
+        """A query left its session's memory: whether it got a click is final."""
+        key = self.open.pop(query_id, None)
+        if key is not None:
+            for tally in self._tallies(klass, time):
+                tally.finished(key, clicked)
+
+    def _tallies(self, klass: int, time: float) -> Iterable[Tally]:
+        for length, width in self._windows:
+            index = int(time // width)
+            if index < self._first[length]:
+                continue  # older than the window
+            buckets = self.buckets[length]
+            bucket = buckets.get(index)
+            if bucket is None:
+                bucket = buckets[index] = {}
+                first = index - BUCKETS
+                if first > self._first[length]:
+                    self._first[length] = first
+                    for old in [b for b in buckets if b < first]:
+                        del buckets[old]
+            tally = bucket.get(klass)
+            if tally is None:
+                tally = bucket[klass] = Tally(self._capacity, self._min_sessions)
+            yield tally
+
+    def window(self, length: float, classes: Sequence[int] | None) -> TallyState | None:
+        """The merged tally of the window for ``classes`` (None: every class)."""
+        states = [
+            tally.snapshot() for bucket in self.buckets[length].values()
+            for klass, tally in bucket.items() if classes is None or klass in classes
+        ]
+        return merge_tallies(states, self._capacity, self._min_sessions)
+
+    def span(self, length: float) -> tuple[float, float] | None:
+        """The event time the window's buckets cover."""
+        buckets = self.buckets[length]
+        if not buckets:
+            return None
+        width = length / BUCKETS
+        return min(buckets) * width, (max(buckets) + 1) * width
+
+    def snapshot(self) -> QueryListsState:
+        return QueryListsState(
+            settings_digest(self.config),
+            [
+                BucketState(length, index, sorted(bucket),
+                            [bucket[k].snapshot() for k in sorted(bucket)])
+                for length, buckets in self.buckets.items()
+                for index, bucket in sorted(buckets.items())
+            ],
+            list(self.open), list(self.open.values()),
+        )
+
+    def restore(self, state: QueryListsState, classes: int) -> bool:
+        """Rebuild from ``state``; False (lists start empty) when it was kept under other
+        settings. Raises ``StateError`` when its parts do not fit together."""
+        if state.settings != settings_digest(self.config):
+            return False
+        same_lengths("query lists: open queries", state.open_ids, state.open_keys)
+        buckets: dict[float, dict[int, dict[int, Tally]]] = {
+            length: {} for length in self.config.windows
+        }
+        for bucket in state.buckets:
+            require(bucket.window in buckets, "query lists: a window not configured")
+            same_lengths("query lists: a bucket", bucket.classes, bucket.tallies)
+            require(all(0 <= k < classes for k in bucket.classes)
+                    and len(set(bucket.classes)) == len(bucket.classes),
+                    "query lists: a class index out of range")
+            require(bucket.index not in buckets[bucket.window], "query lists: a bucket twice")
+            buckets[bucket.window][bucket.index] = {
+                k: Tally.restore(t, self._capacity, self._min_sessions)
+                for k, t in zip(bucket.classes, bucket.tallies, strict=True)
+            }
+        for length, kept in buckets.items():
+            require(not kept or max(kept) - min(kept) <= BUCKETS,
+                    "query lists: buckets further apart than the window")
+            if kept:
+                self._first[length] = max(kept) - BUCKETS
+        self.buckets = buckets
+        self.open = dict(zip(state.open_ids, state.open_keys, strict=True))
+        return True
+
+
+def merge_tallies(
+    states: Sequence[TallyState], capacity: int, min_sessions: int
+) -> TallyState | None:
+    """One tally of the streams of ``states`` (Space-Saving merges; clicks add up)."""
+    if not states:
+        return None
+    searches = HeavyQueries(capacity, min_sessions)
+    zero, outcomes = SpaceSaving(capacity), SpaceSaving(capacity)
+    first = states[0]
+    searches.restore(first.searches)
+    zero.restore(first.zero)
+    outcomes.restore(first.outcomes)
+    clicked = dict(zip(first.outcomes.keys, first.clicked, strict=True))
+    for state in states[1:]:
+        other = HeavyQueries(capacity, min_sessions)
+        other.restore(state.searches)
+        searches = searches.merge(other)
+        zero.restore(merge_states(zero.snapshot(), state.zero, capacity))
+        outcomes.restore(merge_states(outcomes.snapshot(), state.outcomes, capacity))
+        for key, n in zip(state.outcomes.keys, state.clicked, strict=True):
+            clicked[key] = clicked.get(key, 0) + n
+    merged = outcomes.snapshot()
+    return TallyState(
+        searches.snapshot(), zero.snapshot(), merged,
+        [min(clicked.get(k, 0), c - e)
+         for k, c, e in zip(merged.keys, merged.counts, merged.errors, strict=True)],
+    )
+
+
+def lists(state: TallyState, config: QueryListsConfig) -> dict[str, list[dict[str, Any]]]:
+    """The published rows of a window's tally: only queries that ``min_sessions`` distinct
+    sessions issued, ``top`` rows per list. ``count`` is an upper bound and ``error`` its
+    largest overestimate: the true figure lies in ``[count - error, count]``."""
+    searches = HeavyQueries(config.capacity, config.min_sessions)
+    searches.restore(state.searches)
+    shown = {item.key for item in searches.anonymous_top(config.capacity)}
+    top = config.top
+    volume = [
+        {"query": i.key, "count": i.count, "error": i.error}
+        for i in searches.anonymous_top(top)
+    ]
+    zero = [
+        {"query": key, "count": count, "error": error}
+        for key, count, error in zip(state.zero.keys, state.zero.counts, state.zero.errors,
+                                     strict=True)
+        if key in shown
+    ][:top]
+    outcomes = [
+        (key, count - error, error, clicked)
+        for key, count, error, clicked in zip(
+            state.outcomes.keys, state.outcomes.counts, state.outcomes.errors, state.clicked,
+            strict=True,
+        )
+        if key in shown
+    ]
+    ranked = sorted(
+        ((searched - clicked + error, key, error) for key, searched, error, clicked in outcomes),
+        key=lambda row: (-row[0], row[1]),
+    )
+    no_clicks = [{"query": key, "count": count, "error": error}
+                 for count, key, error in ranked[:top]]
+    lowest = sorted(
+        (clicked / searched, -searched, key, clicked)
+        for key, searched, _, clicked in outcomes if searched >= config.min_searches
+    )
+    low_ctr = [
+        {"query": key, "searches": -negative, "clicked": clicked, "ctr": ctr}
+        for ctr, negative, key, clicked in lowest[:top]
+    ]
+    return {"searches": volume, "zero_results": zero, "no_clicks": no_clicks,
+            "low_ctr": low_ctr}
+
+
+def memory_bound(config: QueryListsConfig) -> int:
+    """Counters kept per query class at most: 3 summaries per bucket, BUCKETS + 1 buckets
+    per window (the current one and the four it still covers)."""
+    return 3 * config.capacity * (BUCKETS + 1) * len(config.windows)
