@@ -130,9 +130,27 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     rp.add_argument("--report", choices=("json", "table"), default="table")
     rp.add_argument(
         "--serve", action="store_true",
-        help="keep serving /metrics on [http] listen afterwards, until interrupted",
+        help="keep serving the status page (/), /queries and /metrics on [http] listen "
+        "afterwards, until interrupted",
     )
     rp.set_defaults(handler=_replay)
+
+    tp = commands.add_parser(
+        "top", help="the query lists in the terminal, from a running daemon or a replay report",
+        description="Print the query lists (top searches, searches without results or "
+        "without a click, lowest click-through rate) and the worsened judged queries, from "
+        "--url (a daemon or replay --serve) or from a replay --report json file.",
+    )
+    source = tp.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="http://HOST:PORT of a daemon or of replay --serve")
+    source.add_argument("--report", type=Path, metavar="FILE",
+                        help="a replay --report json output ('-': standard input)")
+    tp.add_argument("--class", dest="query_class", help="one query class (all: overall)")
+    tp.add_argument("--window", help="one window (1h, 24h, ...)")
+    tp.add_argument("--list", dest="list_name",
+                    help="searches, zero_results, no_clicks, low_ctr or worsened")
+    tp.add_argument("--rows", type=int, default=10, help="rows per list (default 10)")
+    tp.set_defaults(handler=_top)
 
     rn = commands.add_parser(
         "run", parents=[logging_options],
@@ -350,6 +368,46 @@ def _replay(args: argparse.Namespace) -> int:
             _wait_for_signal()
         finally:
             server.close()
+    return EXIT_OK
+
+
+def _top(args: argparse.Namespace) -> int:
+    import json
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlencode
+
+    from monitor.queryreport import FilterError, format_lists, select
+
+    filters = {"class": args.query_class, "window": args.window, "list": args.list_name}
+    if args.url is not None:
+        asked = urlencode({k: v for k, v in filters.items() if v is not None})
+        url = args.url.rstrip("/") + "/queries" + ("?" + asked if asked else "")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(url, timeout=30) as answer:
+                report = json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            raise UsageError(f"{url}: {error.code} {error.read().decode(errors='replace').strip()}"
+                             ) from None
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
+    else:
+        try:
+            text = sys.stdin.read() if str(args.report) == "-" else args.report.read_text()
+            document = json.loads(text)
+        except OSError as error:
+            raise UsageError(f"cannot read {args.report}: {error.strerror}") from None
+        except ValueError as error:
+            raise UsageError(f"{args.report}: not JSON ({error})") from None
+        if not isinstance(document, dict) or not isinstance(document.get("queries"), dict):
+            raise UsageError(f"{args.report}: not a replay --report json output (no queries)")
+        try:
+            report = select(document["queries"], filters["class"], filters["window"],
+                            filters["list"])
+        except FilterError as error:
+            raise UsageError(str(error)) from None
+    sys.stdout.write(format_lists(report, max(args.rows, 1)))
     return EXIT_OK
 
 

@@ -46,6 +46,8 @@ nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}
 def render(export: Export, queries: Report | None, only: str | None = None) -> bytes:
     """The page; ``only``: a query class to show alone."""
     classes = [s.slice[0] for s in export.slices]
+    if only is not None and only not in (ALL, *classes):
+        only = None  # a class not (yet) known, or a dashboard's "All" (.*): every class
     shown = [only] if only is not None else [ALL, *classes]
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",

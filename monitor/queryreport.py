@@ -155,3 +155,53 @@ def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace(
         "+00:00", "Z"
     )
+
+
+TITLES = {
+    "searches": "top searches",
+    "zero_results": "top searches without results",
+    "no_clicks": "top searches without a click",
+    "low_ctr": "lowest click-through rate",
+}
+
+
+def format_lists(report: Report, rows: int) -> str:
+    """The lists of ``report`` for a terminal: a title line per list, then aligned rows."""
+    if not report.get("enabled", True):
+        return "query lists are disabled ([query_lists] enabled = false)\n"
+    out: list[str] = []
+    for entry in report.get("worsened", []):
+        where = (f"sample {entry['sample_id']} against {entry['baseline_id']}"
+                 if entry["source"] == "sample"
+                 else f"live qrels join, last {entry['window']} against the one before")
+        out.append(f"{entry['measure']} worsened · {entry['query_class']} · {where}")
+        out += _aligned([["query", "before", "after", "change"]] + [
+            [r["query"], f"{r['before']:.3f}", f"{r['after']:.3f}", f"{r['delta']:+.3f}"]
+            for r in entry["rows"][:rows]
+        ])
+    for entry in report.get("lists", []):
+        out.append(f"{TITLES[entry['list']]} · {entry['query_class']} · last {entry['window']}"
+                   f" ({entry['from']} to {entry['to']})")
+        if entry["list"] == "low_ctr":
+            table = [["query", "ctr", "searches", "clicked"]] + [
+                [r["query"], f"{r['ctr']:.3f}", str(r["searches"]), str(r["clicked"])]
+                for r in entry["rows"][:rows]
+            ]
+        else:
+            table = [["query", "count", "± error"]] + [
+                [r["query"], str(r["count"]), str(r["error"])] for r in entry["rows"][:rows]
+            ]
+        out += _aligned(table) if len(table) > 1 else ["  (none shown)"]
+    if not out:
+        out.append("no list matches (or nothing counted yet)")
+    return "\n".join(out) + "\n"
+
+
+def _aligned(table: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for row in table:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:],
+                                                                         strict=True)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return [*lines, ""]

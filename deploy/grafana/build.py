@@ -294,6 +294,12 @@ def dashboard() -> dict[str, Any]:
         "schemaVersion": 39,
         "refresh": "30s",
         "time": {"from": "now-24h", "to": "now"},
+        # The daemon's own page: which queries moved (pick one instance and class first).
+        "links": [{"title": "Status page: which queries", "type": "link",
+                   "url": "http://${instance}/?class=${query_class}", "targetBlank": True,
+                   "icon": "external link",
+                   "tooltip": "searchmon's status page for the selected instance and class: "
+                   "top queries, queries without results or clicks, worsened judged queries"}],
         "annotations": {"list": [
             {"name": "Annotations & Alerts", "type": "dashboard", "builtIn": 1, "enable": True,
              "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
