@@ -251,8 +251,9 @@ class HeavyQueries:
     def add(self, query: str, session: str, weight: int = 1) -> None:
         self.add_hashed(query, session_hash(session), weight)
 
-    def add_hashed(self, query: str, session: int, weight: int = 1) -> None:
-        """``add`` with the session's ``session_hash`` (computed once for several summaries)."""
+    def add_hashed(self, query: str, session: int, weight: int = 1) -> str | None:
+        """``add`` with the session's ``session_hash`` (computed once for several summaries);
+        returns the query evicted, if any."""
         evicted = self.counts.add(query, weight)
         if evicted is not None:
             del self._sessions[evicted]
@@ -261,6 +262,7 @@ class HeavyQueries:
             self._sessions[query] = {session}
         elif len(sessions) < self.min_sessions:
             sessions.add(session)
+        return evicted
 
     def distinct(self, query: str) -> int:
         """A lower bound on the distinct sessions that issued ``query``, at most min_sessions."""

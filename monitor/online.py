@@ -329,9 +329,9 @@ class Sessions:
     served list, handed to ``served`` when the query leaves its session's memory."""
     served: Callable[[int, float, str, list[str]], None] | None = None
     """Where a rebuilt served list goes (the qrels join); set by the pipeline."""
-    finished: Callable[[str, int, float, bool], None] | None = None
-    """Told each query that leaves its session's memory (id, class, time, whether it got
-    a click): the query lists; set by the pipeline."""
+    finished: Callable[[str, int, float, str, bool], None] | None = None
+    """Told each query that leaves its session's memory (id, class, time, session, whether
+    it got a click): the query lists; set by the pipeline."""
     resolving: bool = False
     """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
     the pipeline (UBI events), so that other events pay nothing for it."""
@@ -633,7 +633,7 @@ class Sessions:
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
         if self.finished is not None:
-            self._finish(session)
+            self._finish(session_id, session)
         if self.shown:
             for known in _query_ids(session):
                 self._served(known)
@@ -658,16 +658,16 @@ class Sessions:
         per_session.counts[c][bisect_left(per_session.bounds, session.queries)] += 1
         per_session.sums[c] += session.queries
 
-    def _finish(self, session: Session) -> None:
+    def _finish(self, session_id: str, session: Session) -> None:
         finished = self.finished
         assert finished is not None
         older = session.older
         if older:
             for i in range(0, len(older), 4):
-                finished(older[i], older[i + 1], older[i + 2],
+                finished(older[i], older[i + 1], older[i + 2], session_id,
                          bool(older[i + 3] & QUERY_CLICKED))
         if session.query_id is not None:
-            finished(session.query_id, session.query_class, session.query_time,
+            finished(session.query_id, session.query_class, session.query_time, session_id,
                      bool(session.flags & QUERY_CLICKED))
 
     # --- the counts taken on arrival (the pipeline counts queries, impressions, zero results)
@@ -741,7 +741,8 @@ class Sessions:
             if len(older) >= self._older_slots:
                 forgotten = older[0]
                 if self.finished is not None:
-                    self.finished(forgotten, older[1], older[2], bool(older[3] & QUERY_CLICKED))
+                    self.finished(forgotten, older[1], older[2], session_id,
+                                  bool(older[3] & QUERY_CLICKED))
                 del older[:4]
                 if self.shown and forgotten not in _query_ids(session):
                     self._served(forgotten)

@@ -36,9 +36,6 @@ from monitor.heavy import (
     HeavyQueries,
     HeavyQueriesState,
     Redaction,
-    SpaceSaving,
-    SpaceSavingState,
-    merge_states,
     redact,
     session_hash,
 )
@@ -78,17 +75,17 @@ class Tally:
 
     def __init__(self, capacity: int, min_sessions: int) -> None:
         self.searches = HeavyQueries(capacity, min_sessions)
-        self.zero = SpaceSaving(capacity)
-        self.outcomes = SpaceSaving(capacity)
+        self.zero = HeavyQueries(capacity, min_sessions)
+        self.outcomes = HeavyQueries(capacity, min_sessions)
         self.clicked: dict[str, int] = {}
 
     def searched(self, key: str, session: int, zero: bool) -> None:
         self.searches.add_hashed(key, session)
         if zero:
-            self.zero.add(key)
+            self.zero.add_hashed(key, session)
 
-    def finished(self, key: str, clicked: bool) -> None:
-        evicted = self.outcomes.add(key)
+    def finished(self, key: str, session: int, clicked: bool) -> None:
+        evicted = self.outcomes.add_hashed(key, session)
         if evicted is not None:
             self.clicked.pop(evicted, None)
         if clicked:
@@ -98,7 +95,7 @@ class Tally:
         outcomes = self.outcomes.snapshot()
         return TallyState(
             self.searches.snapshot(), self.zero.snapshot(), outcomes,
-            [self.clicked.get(key, 0) for key in outcomes.keys],
+            [self.clicked.get(key, 0) for key in outcomes.counts.keys],
         )
 
     @staticmethod
@@ -108,25 +105,27 @@ class Tally:
         tally.searches.restore(state.searches)
         tally.zero.restore(state.zero)
         tally.outcomes.restore(state.outcomes)
-        tally.clicked = {k: n for k, n in zip(state.outcomes.keys, state.clicked, strict=True)
-                         if n}
+        tally.clicked = {
+            k: n for k, n in zip(state.outcomes.counts.keys, state.clicked, strict=True) if n
+        }
         return tally
 
 
 @dataclass(frozen=True)
 class TallyState:
     searches: HeavyQueriesState
-    zero: SpaceSavingState
-    outcomes: SpaceSavingState
+    zero: HeavyQueriesState
+    outcomes: HeavyQueriesState
     clicked: list[Int]
     """Per key of ``outcomes``, in its order: the searches counted there that got a click."""
 
 
 def check_tally(state: TallyState, capacity: int) -> None:
-    same_lengths("query lists: clicks", state.outcomes.keys, state.clicked)
+    outcomes = state.outcomes.counts
+    same_lengths("query lists: clicks", outcomes.keys, state.clicked)
     require(
         all(0 <= n <= c - e for n, c, e in zip(
-            state.clicked, state.outcomes.counts, state.outcomes.errors, strict=True
+            state.clicked, outcomes.counts, outcomes.errors, strict=True
         )),
         "query lists: more clicked searches than searches",
     )
@@ -168,6 +167,8 @@ class QueryLists:
         """Per window: the oldest bucket still kept."""
         self.open: dict[str, str] = {}
         """Queries whose outcome is not known yet: query id -> key."""
+        self._hot: dict[int, tuple[float, float, list[Tally]]] = {}
+        """Per class: the time range and tallies of the latest ``_tallies`` answer."""
         self._keys: dict[str, str] = {}
         """A bounded memo of text -> key (normalising and redacting costs a few us)."""
 
@@ -190,14 +191,31 @@ class QueryLists:
         for tally in self._tallies(klass, time):
             tally.searched(key, session, zero)
 
-    def finished(self, query_id: str, klass: int, time: float, clicked: bool) -> None:
+    def finished(
+        self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
+    ) -> None:
         """A query left its session's memory: whether it got a click is final."""
         key = self.open.pop(query_id, None)
         if key is not None:
+            session = session_hash(session_id)
             for tally in self._tallies(klass, time):
-                tally.finished(key, clicked)
+                tally.finished(key, session, clicked)
 
-    def _tallies(self, klass: int, time: float) -> Iterable[Tally]:
+    def _tallies(self, klass: int, time: float) -> list[Tally]:
+        """The tally of ``klass`` in the bucket of ``time`` of each window that still keeps
+        it; the latest answer per class is reused while ``time`` stays in the same buckets."""
+        hot = self._hot.get(klass)
+        if hot is not None and hot[0] <= time < hot[1]:
+            return hot[2]
+        tallies = list(self._find(klass, time))
+        low, high = float("-inf"), float("inf")
+        for _, width in self._windows:
+            index = time // width
+            low, high = max(low, index * width), min(high, (index + 1) * width)
+        self._hot[klass] = (low, high, tallies)
+        return tallies
+
+    def _find(self, klass: int, time: float) -> Iterable[Tally]:
         for length, width in self._windows:
             index = int(time // width)
             if index < self._first[length]:
@@ -211,6 +229,7 @@ class QueryLists:
                     self._first[length] = first
                     for old in [b for b in buckets if b < first]:
                         del buckets[old]
+                    self._hot.clear()  # tallies of buckets gone may be cached
             tally = bucket.get(klass)
             if tally is None:
                 tally = bucket[klass] = Tally(self._capacity, self._min_sessions)
@@ -270,6 +289,7 @@ class QueryLists:
             if kept:
                 self._first[length] = max(kept) - BUCKETS
         self.buckets = buckets
+        self._hot.clear()
         self.open = dict(zip(state.open_ids, state.open_keys, strict=True))
         return True
 
@@ -280,70 +300,74 @@ def merge_tallies(
     """One tally of the streams of ``states`` (Space-Saving merges; clicks add up)."""
     if not states:
         return None
-    searches = HeavyQueries(capacity, min_sessions)
-    zero, outcomes = SpaceSaving(capacity), SpaceSaving(capacity)
     first = states[0]
-    searches.restore(first.searches)
-    zero.restore(first.zero)
-    outcomes.restore(first.outcomes)
-    clicked = dict(zip(first.outcomes.keys, first.clicked, strict=True))
+    summaries = [HeavyQueries(capacity, min_sessions) for _ in range(3)]
+    for summary, part in zip(summaries, (first.searches, first.zero, first.outcomes),
+                             strict=True):
+        summary.restore(part)
+    clicked = dict(zip(first.outcomes.counts.keys, first.clicked, strict=True))
     for state in states[1:]:
-        other = HeavyQueries(capacity, min_sessions)
-        other.restore(state.searches)
-        searches = searches.merge(other)
-        zero.restore(merge_states(zero.snapshot(), state.zero, capacity))
-        outcomes.restore(merge_states(outcomes.snapshot(), state.outcomes, capacity))
-        for key, n in zip(state.outcomes.keys, state.clicked, strict=True):
+        for i, part in enumerate((state.searches, state.zero, state.outcomes)):
+            other = HeavyQueries(capacity, min_sessions)
+            other.restore(part)
+            summaries[i] = summaries[i].merge(other)
+        for key, n in zip(state.outcomes.counts.keys, state.clicked, strict=True):
             clicked[key] = clicked.get(key, 0) + n
-    merged = outcomes.snapshot()
+    searches, zero, outcomes = (summary.snapshot() for summary in summaries)
+    merged = outcomes.counts
     return TallyState(
-        searches.snapshot(), zero.snapshot(), merged,
+        searches, zero, outcomes,
         [min(clicked.get(k, 0), c - e)
          for k, c, e in zip(merged.keys, merged.counts, merged.errors, strict=True)],
     )
 
 
 def lists(state: TallyState, config: QueryListsConfig) -> dict[str, list[dict[str, Any]]]:
-    """The published rows of a window's tally: only queries that ``min_sessions`` distinct
-    sessions issued, ``top`` rows per list. ``count`` is an upper bound and ``error`` its
-    largest overestimate: the true figure lies in ``[count - error, count]``."""
-    searches = HeavyQueries(config.capacity, config.min_sessions)
-    searches.restore(state.searches)
-    shown = {item.key for item in searches.anonymous_top(config.capacity)}
-    top = config.top
+    """The published rows of a window's tally, ``top`` per list. A query is shown when
+    ``min_sessions`` distinct sessions issued it in the window, as the list's own summary or
+    the searches summary knows (each a lower bound). ``count`` is an upper bound and
+    ``error`` its largest overestimate: the true figure lies in ``[count - error, count]``."""
+    k, top = config.min_sessions, config.top
+    summaries = []
+    for part in (state.searches, state.zero, state.outcomes):
+        summary = HeavyQueries(config.capacity, k)
+        summary.restore(part)
+        summaries.append(summary)
+    searches, zero, outcomes = summaries
+    anonymous = {i.key for i in searches.anonymous_top(config.capacity)}
+
+    def shown(summary: HeavyQueries, key: str) -> bool:
+        return key in anonymous or summary.distinct(key) >= k
+
     volume = [
         {"query": i.key, "count": i.count, "error": i.error}
         for i in searches.anonymous_top(top)
     ]
-    zero = [
-        {"query": key, "count": count, "error": error}
-        for key, count, error in zip(state.zero.keys, state.zero.counts, state.zero.errors,
-                                     strict=True)
-        if key in shown
+    zero_rows = [
+        {"query": i.key, "count": i.count, "error": i.error}
+        for i in zero.counts.top(len(zero.counts)) if shown(zero, i.key)
     ][:top]
-    outcomes = [
-        (key, count - error, error, clicked)
-        for key, count, error, clicked in zip(
-            state.outcomes.keys, state.outcomes.counts, state.outcomes.errors, state.clicked,
-            strict=True,
-        )
-        if key in shown
+    clicked_of = dict(zip(state.outcomes.counts.keys, state.clicked, strict=True))
+    finished = [
+        (i.key, i.count - i.error, i.error, clicked_of.get(i.key, 0))
+        for i in outcomes.counts.top(len(outcomes.counts)) if shown(outcomes, i.key)
     ]
     ranked = sorted(
-        ((searched - clicked + error, key, error) for key, searched, error, clicked in outcomes),
+        ((searched - clicked + error, key, error) for key, searched, error, clicked in finished
+         if searched > clicked),
         key=lambda row: (-row[0], row[1]),
     )
     no_clicks = [{"query": key, "count": count, "error": error}
                  for count, key, error in ranked[:top]]
     lowest = sorted(
         (clicked / searched, -searched, key, clicked)
-        for key, searched, _, clicked in outcomes if searched >= config.min_searches
+        for key, searched, _, clicked in finished if searched >= config.min_searches
     )
     low_ctr = [
         {"query": key, "searches": -negative, "clicked": clicked, "ctr": ctr}
         for ctr, negative, key, clicked in lowest[:top]
     ]
-    return {"searches": volume, "zero_results": zero, "no_clicks": no_clicks,
+    return {"searches": volume, "zero_results": zero_rows, "no_clicks": no_clicks,
             "low_ctr": low_ctr}
 
 

@@ -48,26 +48,9 @@ def query_report(pipelines: Sequence[Pipeline], offline: Pipeline | None, config
     newest = max((p.sessions.newest for p in pipelines), default=float("-inf"))
     report["as_of"] = _utc(newest) if newest > float("-inf") else None
     for length in settings.windows:
-        by_class: dict[str, list[TallyState]] = {}
-        starts, ends = [], []
-        for pipeline in pipelines:
-            assert pipeline.lists is not None, "the lists are enabled"
-            span = pipeline.lists.span(length)
-            if span is not None:
-                starts.append(span[0])
-                ends.append(span[1])
-            names = pipeline.classes.names
-            for bucket in pipeline.lists.buckets[length].values():
-                for klass, tally in bucket.items():
-                    by_class.setdefault(names[klass], []).append(tally.snapshot())
-        merged = {
-            name: merge_tallies(states, settings.capacity, settings.min_sessions)
-            for name, states in sorted(by_class.items())
-        }
-        overall = merge_tallies(
-            [state for state in merged.values() if state is not None],
-            settings.capacity, settings.min_sessions,
-        )
+        merged, overall, span = window_states(pipelines, length, config)
+        if span is None:
+            continue
         window = window_name(length)
         for name, state in [(ALL, overall), *merged.items()]:
             if state is None:
@@ -75,12 +58,39 @@ def query_report(pipelines: Sequence[Pipeline], offline: Pipeline | None, config
             for list_name, rows in lists(state, settings).items():
                 report["lists"].append({
                     "list": list_name, "window": window, "query_class": name,
-                    "from": _utc(min(starts)), "to": _utc(min(max(ends), newest)),
-                    "rows": rows,
+                    "from": _utc(span[0]), "to": _utc(min(span[1], newest)), "rows": rows,
                 })
     if offline is not None and offline.judged.active:
         report["worsened"] = _worsened(offline.judged, offline.classes.names, config)
     return report
+
+
+def window_states(
+    pipelines: Sequence[Pipeline], length: float, config: Config
+) -> tuple[dict[str, TallyState], TallyState | None, tuple[float, float] | None]:
+    """One window of ``pipelines``: the merged tally per class name, the overall one (the
+    merge of the classes), and the event time the window covers (None: nothing in it)."""
+    capacity, min_sessions = config.query_lists.capacity, config.query_lists.min_sessions
+    by_class: dict[str, list[TallyState]] = {}
+    spans = []
+    for pipeline in pipelines:
+        assert pipeline.lists is not None, "the lists are enabled"
+        span = pipeline.lists.span(length)
+        if span is not None:
+            spans.append(span)
+        names = pipeline.classes.names
+        for bucket in pipeline.lists.buckets[length].values():
+            for klass, tally in bucket.items():
+                by_class.setdefault(names[klass], []).append(tally.snapshot())
+    merged = {}
+    for name, states in sorted(by_class.items()):
+        state = merge_tallies(states, capacity, min_sessions)
+        if state is not None:
+            merged[name] = state
+    overall = merge_tallies(list(merged.values()), capacity, min_sessions)
+    if not spans:
+        return merged, overall, None
+    return merged, overall, (min(a for a, _ in spans), max(b for _, b in spans))
 
 
 def _worsened(judged: Judged, names: Sequence[str], config: Config) -> list[dict[str, Any]]:

@@ -1,0 +1,384 @@
+"""Which queries: the top lists against exact counts, privacy, outcomes, worsened queries,
+state, and memory over a million distinct queries."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from monitor import codec, page
+from monitor.codec import UnitState
+from monitor.config import Config, parse_config
+from monitor.export import export
+from monitor.generate import Regression, Traffic, World, events
+from monitor.heavy import SpaceSaving
+from monitor.pipeline import Pipeline
+from monitor.querylists import QueryLists, memory_bound
+from monitor.queryreport import FilterError, format_lists, query_report, select, window_states
+from tests.events import T0, click, line, query, stamp
+
+HOUR = 3600.0
+
+
+def fed(config: Config, *messages: bytes, close: bool = True) -> Pipeline:
+    pipeline = Pipeline(config)
+    for message in messages:
+        pipeline.feed(message)
+    if close:
+        pipeline.close()
+    return pipeline
+
+
+def entry(report: dict[str, Any], list_name: str, klass: str = "all", window: str = "1h") -> (
+    list[dict[str, Any]]
+):
+    found = [e for e in report["lists"]
+             if (e["list"], e["query_class"], e["window"]) == (list_name, klass, window)]
+    assert len(found) == 1, (list_name, klass, window)
+    rows: list[dict[str, Any]] = found[0]["rows"]
+    return rows
+
+
+# --- top lists against exact counts, on generated traffic over two partitions --------------
+
+def test_top_searches_and_zero_result_lists_hold_the_exact_counts_within_their_bounds() -> None:
+    """Two partitions (sessions split by key), lists of 60 counters: the reported counts
+    bound the exact ones, and the exact top 20 is reported wherever the bounds separate it."""
+    config = parse_config(
+        '[query_lists]\ncapacity = 60\nmin_sessions = 1\nwindows = ["1h"]\n'
+    )
+    partitions = [Pipeline(config), Pipeline(config)]
+    exact: dict[str, Counter[str]] = {"searches": Counter(), "zero_results": Counter()}
+    accepted = []
+    stream = events(World.build(5), Traffic(seed=5, duration=2 * HOUR, sessions_per_second=3.0))
+    for _, key, message in stream:
+        pipeline = partitions[hash(key) % 2]
+        if pipeline.feed(message) is None:
+            event = json.loads(message)
+            if event.get("type") == "query":
+                accepted.append(event)
+    lists = partitions[0].lists
+    assert lists is not None
+    merged, overall, span = window_states(partitions, HOUR, config)
+    assert span is not None and overall is not None
+    for event in accepted:
+        seconds = event["timestamp"] / 1000 if isinstance(event["timestamp"], int) else (
+            datetime.fromisoformat(event["timestamp"]).timestamp()
+        )
+        if seconds >= span[0]:
+            key = lists.key(event["query_text"])
+            exact["searches"][key] += 1
+            if event.get("result_count") == 0 or (
+                "result_count" not in event and not event["result_ids"]
+            ):
+                exact["zero_results"][key] += 1
+    assert len(exact["searches"]) > 3 * 60, "more distinct queries than counters"
+    report = query_report(partitions, partitions[0], config)
+    for list_name, counts in exact.items():
+        rows = entry(report, list_name)
+        assert len(rows) == min(20, len(counts))
+        for row in rows:
+            assert row["count"] - row["error"] <= counts[row["query"]] <= row["count"], row
+        summary = SpaceSaving(60)
+        summary.restore((overall.searches if list_name == "searches" else overall.zero).counts)
+        ranked = summary.top(21)
+        threshold = ranked[20].count if len(ranked) > 20 else summary.unseen_bound()
+        top20 = [key for key, _ in counts.most_common(20)]
+        separated = [key for key in top20 if counts[key] > threshold]
+        reported = {row["query"] for row in rows}
+        assert set(separated) <= reported, list_name
+        assert len(separated) >= min(10, len(counts)), f"{list_name}: too little separated"
+    for name in merged:  # and per class
+        for row in entry(report, "searches", name):
+            assert row["count"] - row["error"] <= exact["searches"][row["query"]] <= row["count"]
+
+
+# --- outcomes: searches without a click, lowest click-through rate ------------------------
+
+def test_no_click_and_lowest_ctr_lists_equal_a_hand_count() -> None:
+    config = parse_config(
+        '[query_lists]\nmin_sessions = 1\nmin_searches = 2\nwindows = ["1h"]\n'
+        '[sessions]\nrecent_queries = 1\n'
+    )
+    pipeline = fed(
+        config,
+        query("e1", 0, "s1", "q1", text="Shoes"), click("c1", 5, "s1", "q1"),
+        query("e2", 10, "s2", "q2", text="shoes"), click("c2", 15, "s2", "q2"),
+        query("e3", 20, "s3", "q3", text="shoes"),
+        query("e4", 30, "s4", "q4", text="boots"),
+        query("e5", 40, "s5", "q5", text="boots"),
+        query("e6", 50, "s6", "q6", text="hats"), click("c6", 55, "s6", "q6"),
+        # recent_queries = 1: "boots" leaves s7's memory when "hats" follows, unclicked
+        query("e7", 60, "s7", "q7", text="boots"), query("e8", 70, "s7", "q8", text="hats"),
+        click("c8", 75, "s7", "q8"),
+    )
+    report = query_report([pipeline], pipeline, config)
+    assert entry(report, "no_clicks") == [
+        {"query": "boots", "count": 3, "error": 0},
+        {"query": "shoes", "count": 1, "error": 0},
+    ]
+    assert entry(report, "low_ctr") == [
+        {"query": "boots", "searches": 3, "clicked": 0, "ctr": 0.0},
+        {"query": "shoes", "searches": 3, "clicked": 2, "ctr": pytest.approx(2 / 3)},
+        {"query": "hats", "searches": 2, "clicked": 2, "ctr": 1.0},
+    ]
+    assert entry(report, "searches") == [
+        {"query": "boots", "count": 3, "error": 0},
+        {"query": "shoes", "count": 3, "error": 0},
+        {"query": "hats", "count": 2, "error": 0},
+    ]
+    assert entry(report, "zero_results") == []
+    assert pipeline.lists is not None and not pipeline.lists.open
+
+
+# --- privacy -------------------------------------------------------------------------------
+
+def test_a_query_is_shown_only_once_min_sessions_distinct_sessions_issued_it() -> None:
+    config = parse_config('[query_lists]\nmin_sessions = 3\nwindows = ["1h"]\n')
+    messages = [
+        query(f"r{i}", i, f"s{i % 2}", f"qr{i}", text="my rare secret", results=0)
+        for i in range(10)  # ten times, by two sessions
+    ] + [
+        query(f"p{i}", 20 + i, f"t{i}", f"qp{i}", text="popular", results=0) for i in range(3)
+    ]
+    pipeline = fed(config, *messages)
+    report = query_report([pipeline], pipeline, config)
+    for list_name in ("searches", "zero_results", "no_clicks"):
+        assert [r["query"] for r in entry(report, list_name)] == ["popular"], list_name
+    assert "secret" not in json.dumps(report)
+
+
+def test_redaction_happens_before_anything_is_kept() -> None:
+    config = parse_config(
+        '[query_lists]\nmin_sessions = 1\nwindows = ["1h"]\nredact_patterns = ["order-\\\\w+"]\n'
+    )
+    texts = ["mail Bob.Smith@example.com", "call 555 123 4567 now", "where is order-AB12",
+             "iphone 15 case 2026"]
+    pipeline = fed(config, *(
+        query(f"e{i}", i, f"s{i}", f"q{i}", text=text) for i, text in enumerate(texts)
+    ), close=False)
+    state = codec.encode("unit", UnitState(
+        "t", 0, 0, 1.0, None, codec.fingerprint(config), pipeline.snapshot()
+    ))
+    for secret in (b"example.com", b"555 123", b"AB12", b"bob"):
+        assert secret not in state.lower(), secret
+    pipeline.close()
+    report = query_report([pipeline], pipeline, config)
+    assert sorted(r["query"] for r in entry(report, "searches")) == [
+        "call <digits> now", "iphone 15 case 2026", "mail <email>", "where is <redacted>",
+    ]
+
+
+def test_disabled_lists_keep_and_show_no_query_text() -> None:
+    config = parse_config('[query_lists]\nenabled = false\n')
+    pipeline = fed(config, query("e1", 0, "s1", "q1", text="private words"),
+                   click("c1", 5, "s1", "q1"), close=False)
+    assert pipeline.lists is None and pipeline.snapshot().queries is None
+    state = codec.encode("unit", UnitState(
+        "t", 0, 0, 1.0, None, codec.fingerprint(config), pipeline.snapshot()
+    ))
+    assert b"private" not in state
+    report = query_report([pipeline], pipeline, config)
+    assert report["enabled"] is False and report["lists"] == [] and report["worsened"] == []
+    assert b"disabled" in page.render(export(pipeline), report)
+    assert "disabled" in format_lists(report, 10)
+
+
+# --- what changed between judged samples, and in the live join ----------------------------
+
+def judgment(sample: str, at: float, text: str, ranking: list[str], labels: dict[str, int],
+             klass: str = "travel") -> bytes:
+    return line({"type": "judgment", "sample_id": sample, "timestamp": stamp(at),
+                 "query_id": f"{sample}-{text}", "query_text": text, "ranking": ranking,
+                 "labels": labels, "query_class": klass})
+
+
+def test_worsened_queries_between_samples_equal_a_hand_computation() -> None:
+    config = parse_config(
+        '[offline]\nmeasures = ["P@2", "RR"]\nmin_shared_queries = 2\nsample_quiet = "10m"\n'
+        '[query_classes]\nnames = ["travel", "food"]\n'
+    )
+    relevant = {"d1": 1}
+    before = {  # P@2, RR in sample A
+        "flights": ["d1", "d2"],     # 0.5, 1
+        "hotels": ["d1", "d3"],      # 0.5, 1
+        "pizza": ["d2", "d1"],       # 0.5, 0.5
+        "trains": ["d3", "d4", "d1"],  # 0, 1/3
+    }
+    after = {  # in sample B
+        "flights": ["d2", "d3", "d1"],  # 0, 1/3: P@2 -0.5, RR -2/3
+        "hotels": ["d2", "d1"],         # 0.5, 0.5: RR -0.5
+        "pizza": ["d3", "d4"],          # 0, 0: P@2 -0.5, RR -0.5
+        "trains": ["d1", "d2"],         # 0.5, 1: better
+    }
+    klass = {"pizza": "food"}
+    messages = [
+        judgment("A", i, text, ranking, relevant, klass.get(text, "travel"))
+        for i, (text, ranking) in enumerate(before.items())
+    ] + [
+        judgment("B", HOUR + i, text, ranking, relevant, klass.get(text, "travel"))
+        for i, (text, ranking) in enumerate(after.items())
+    ]
+    pipeline = fed(config, *messages)
+    worsened = query_report([pipeline], pipeline, config)["worsened"]
+    cells = {(e["query_class"], e["measure"]): [(r["query"], r["before"], r["after"])
+                                                for r in e["rows"]]
+             for e in worsened if e["source"] == "sample"}
+    assert {e["sample_id"] for e in worsened} == {"B"}
+    assert {e["baseline_id"] for e in worsened} == {"A"}
+    assert cells[("all", "P@2")] == [("flights", 0.5, 0.0), ("pizza", 0.5, 0.0)]
+    assert cells[("all", "RR")] == [
+        ("flights", 1.0, pytest.approx(1 / 3)), ("hotels", 1.0, 0.5), ("pizza", 0.5, 0.0),
+    ]
+    assert cells[("travel", "RR")] == [
+        ("flights", 1.0, pytest.approx(1 / 3)), ("hotels", 1.0, 0.5),
+    ]
+    assert cells[("food", "P@2")] == [("pizza", 0.5, 0.0)]
+    assert ("food", "RR") in cells and ("travel", "P@2") in cells
+    assert all(r["delta"] == pytest.approx(r["after"] - r["before"])
+               for e in worsened for r in e["rows"])
+
+
+def test_worsened_live_queries_compare_the_last_window_with_the_one_before() -> None:
+    config = parse_config('[offline]\nmeasures = ["RR"]\nwindows = ["1h"]\n')
+    served = {  # time -> (text, results): qrels say d1 is the relevant one
+        0.0: ("cheap flights", ["d1", "d2"]), 600.0: ("cheap flights", ["d1", "d2"]),
+        1200.0: ("pizza", ["d2", "d1"]),
+        3700.0: ("cheap flights", ["d2", "d1"]), 4300.0: ("cheap flights", ["d2", "d3", "d1"]),
+        4400.0: ("pizza", ["d2", "d1"]),
+    }
+    messages = [
+        line({"type": "qrels", "timestamp": stamp(-10), "query_text": text,
+              "labels": {"d1": 1}})
+        for text in ("cheap flights", "pizza")
+    ] + [
+        query(f"e{i}", at, f"s{i}", f"q{i}", text=text, result_ids=results)
+        for i, (at, (text, results)) in enumerate(served.items())
+    ]
+    pipeline = fed(config, *messages)
+    live = [e for e in query_report([pipeline], pipeline, config)["worsened"]
+            if e["source"] == "live" and e["query_class"] == "all"]
+    # the clock is 4400 s: the last hour is the half-hour buckets from 3600 s, the hour
+    # before those from 0 s; cheap flights fell from RR 1 to (1/2 + 1/3) / 2, pizza stayed
+    assert [(e["window"], e["measure"]) for e in live] == [("1h", "RR")]
+    assert [(r["query"], r["before"], r["after"]) for r in live[0]["rows"]] == [
+        ("cheap flights", 1.0, pytest.approx(5 / 12)),
+    ]
+
+
+# --- state: checkpoint round trip, settings, filters ---------------------------------------
+
+def generated(seed: int = 2, hours: float = 2.0) -> list[bytes]:
+    return [m for _, _, m in events(World.build(seed), Traffic(
+        seed=seed, duration=hours * HOUR, sessions_per_second=2.0, qrels=True,
+        judged_every=HOUR, judged_queries=60, regression=Regression("navigational", T0 + HOUR),
+    ))]
+
+
+def test_lists_survive_a_checkpoint_and_restart_anew_under_other_settings() -> None:
+    config = Config()
+    stream = generated()
+    half = len(stream) // 2
+    pipeline = fed(config, *stream[:half], close=False)
+    state = pipeline.snapshot()
+    data = codec.encode("unit", UnitState("t", 0, half, 1.0, None, codec.fingerprint(config),
+                                          state))
+    restored = Pipeline.restore(config, codec.decode_unit(data, "test").pipeline)
+    assert restored.lists is not None and pipeline.lists is not None
+    assert restored.lists.snapshot() == pipeline.lists.snapshot()
+    for message in stream[half:]:
+        restored.feed(message)
+        pipeline.feed(message)
+    restored.close()
+    pipeline.close()
+    assert query_report([restored], restored, config) == query_report([pipeline], pipeline,
+                                                                        config)
+    other = parse_config("[query_lists]\ncapacity = 200\n")
+    anew = Pipeline.restore(other, state)
+    assert anew.lists is not None and not any(anew.lists.buckets.values())
+
+
+def test_filters_select_by_class_window_and_list() -> None:
+    config = Config()
+    pipeline = fed(config, *generated())
+    report = query_report([pipeline], pipeline, config)
+    assert {e["window"] for e in report["lists"]} == {"1h", "24h"}
+    chosen = select(report, "navigational", "24h", "zero_results")
+    assert chosen["lists"] and all(
+        (e["query_class"], e["window"], e["list"]) == ("navigational", "24h", "zero_results")
+        for e in chosen["lists"]
+    ) and chosen["worsened"] == []
+    worse = select(report, "navigational", None, "worsened")
+    assert worse["lists"] == [] and worse["worsened"]
+    assert {e["query_class"] for e in worse["worsened"]} == {"navigational"}
+    assert select(report, window="86400")["lists"] == select(report, window="24h")["lists"]
+    with pytest.raises(FilterError, match="expected one of"):
+        select(report, list_name="top")
+    with pytest.raises(FilterError, match="duration"):
+        select(report, window="yesterday")
+
+
+def letters(number: int) -> str:
+    word = ""
+    while True:
+        number, digit = divmod(number, 26)
+        word += chr(ord("a") + digit)
+        if not number:
+            return word
+
+
+# --- memory --------------------------------------------------------------------------------
+
+def test_memory_stays_within_the_configured_bound_over_a_million_distinct_queries() -> None:
+    """Default settings, one class, a day: a million distinct queries (each also finishing)
+    take no more memory than two hundred thousand (both fill every summary of both windows),
+    and at most the bound documented per class."""
+    config = Config().query_lists
+
+    def filled(distinct: int) -> tuple[QueryLists, int]:
+        lists = QueryLists(config)
+        for i in range(distinct):
+            time = T0 + i * (24 * HOUR / distinct)
+            text = f"distinct query {letters(i)}"  # digits would be redacted into one query
+            lists.searched(0, time, f"q{i}", text, f"s{i % 50_000}", i % 2 == 0)
+            lists.finished(f"q{i}", 0, time, f"s{i % 50_000}", i % 3 == 0)
+        lists._keys.clear()  # the text memo is a bounded cache, not the lists
+        assert not lists.open
+        return lists, deep_size(lists)
+
+    _, at_200k = filled(200_000)
+    large, at_1m = filled(1_000_000)
+    counters = sum(len(t.searches.counts) + len(t.zero.counts) + len(t.outcomes.counts)
+                   for buckets in large.buckets.values() for bucket in buckets.values()
+                   for t in bucket.values())
+    assert counters <= memory_bound(config)
+    for length in config.windows:
+        kept = [len(t.searches.counts) for b in large.buckets[length].values()
+                for t in b.values()]
+        assert sum(kept) >= 4 * config.capacity, "the summaries are full"
+    print(f"query lists, one class, default size: {at_1m / 1e6:.1f} MB after 1,000,000 "
+          f"distinct queries in a day ({at_200k / 1e6:.1f} MB after 200,000), "
+          f"{counters} counters, {at_1m / counters:.0f} B per counter")
+    assert at_1m <= at_200k * 1.1, "memory grew with the number of distinct queries"
+    assert at_1m <= 20e6, "more than the documented bound per class"
+
+
+def deep_size(root: object) -> int:
+    """Bytes of ``root`` and everything it references (each object once)."""
+    seen: set[int] = set()
+    pending = [root]
+    total = 0
+    while pending:
+        item = pending.pop()
+        if id(item) in seen or isinstance(item, type):
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        pending.extend(gc.get_referents(item))
+    return total
