@@ -1,0 +1,145 @@
+"""The status page in a real browser: headless Chromium loads it from a running
+``replay --serve``; ``/queries`` and ``searchmon top --url`` over the same endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.generate import Regression, Traffic, World, events
+from tests.broker import free_port
+from tests.events import T0
+
+SEARCHMON = [sys.executable, "-m", "monitor"]
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with OPENER.open(url, timeout=30) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``replay --serve`` over 3.2 h of traffic with hourly judged samples and a regression
+    of the navigational class between the last two; yields its base URL."""
+    tmp = tmp_path_factory.mktemp("served")
+    data = tmp / "events.jsonl"
+    data.write_bytes(b"\n".join(m for _, _, m in events(World.build(3), Traffic(
+        seed=3, duration=3.2 * 3600.0, sessions_per_second=1.0, qrels=True,
+        judged_every=3600.0, judged_queries=300,
+        regression=Regression("navigational", T0 + 2.5 * 3600.0),
+    ))) + b"\n")
+    port = free_port()
+    config = tmp / "searchmon.toml"
+    config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+    log = tmp / "replay.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            [*SEARCHMON, "replay", str(data), "--serve", "--config", str(config),
+             "--log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if get(base + "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.returncode not in (0, -15):
+            print(log.read_text())
+
+
+def chromium(*arguments: str) -> subprocess.CompletedProcess[str]:
+    browser = shutil.which("chromium")
+    assert browser is not None, "Debian's chromium is installed by ./dev test"
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-dev-shm-usage", f"--user-data-dir={os.environ.get('TMPDIR', '/tmp')}"
+         f"/searchmon-chromium-{os.getpid()}", *arguments],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
+    served: str, tmp_path: Path
+) -> None:
+    status, body = get(served + "/queries?class=navigational")
+    assert status == 200
+    report = json.loads(body)
+    worsened = [e for e in report["worsened"] if e["source"] == "sample"]
+    assert worsened, "the regression worsened judged navigational queries"
+    top = next(e for e in report["lists"] if (e["list"], e["window"]) == ("searches", "1h"))
+    url = served + "/?class=navigational"
+    done = chromium("--dump-dom", url)
+    assert done.returncode == 0, done.stderr
+    dom = done.stdout
+    assert "<script" not in dom and "searchmon: search quality" in dom
+    assert "Queries: navigational" in dom and "REGRESSION" in dom
+    assert f"sample {worsened[0]['sample_id']} against {worsened[0]['baseline_id']}" in dom
+    assert worsened[0]["rows"][0]["query"] in dom
+    assert top["rows"][0]["query"] in dom and "Top searches without a click" in dom
+    # A person can look at it: the screenshot stays with the test's files.
+    shot = Path(os.environ.get("SEARCHMON_SCREENSHOTS", str(tmp_path))) / "status-page.png"
+    done = chromium("--window-size=1280,2200", f"--screenshot={shot}", url)
+    assert done.returncode == 0, done.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    print(f"status page screenshot: {shot}")
+
+
+def test_queries_filters_and_errors_over_http(served: str) -> None:
+    status, body = get(served + "/queries?window=24h&list=zero_results")
+    assert status == 200
+    lists = json.loads(body)["lists"]
+    assert lists and {(e["window"], e["list"]) for e in lists} == {("24h", "zero_results")}
+    assert get(served + "/queries?list=nope")[0] == 400
+    assert get(served + "/queries?colour=red")[0] == 400
+    status, body = get(served + "/?class=no-such-class")
+    assert status == 200 and b"Queries: navigational" in body, "an unknown class: all shown"
+
+
+def test_top_prints_the_lists_of_a_running_endpoint_and_of_a_report(
+    served: str, tmp_path: Path
+) -> None:
+    expected = json.loads(get(served + "/queries?class=all&window=1h&list=searches")[1])
+    first = expected["lists"][0]["rows"][0]
+    done = subprocess.run(
+        [*SEARCHMON, "top", "--url", served, "--class", "all", "--window", "1h", "--list",
+         "searches", "--rows", "3"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("top searches · all · last 1h")
+    assert first["query"] in done.stdout and str(first["count"]) in done.stdout
+    assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 4
+    missing = subprocess.run([*SEARCHMON, "top", "--url", f"http://127.0.0.1:{free_port()}"],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "searchmon: http://127.0.0.1" in missing.stderr
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"queries": expected}))
+    offline = subprocess.run([*SEARCHMON, "top", "--report", str(report), "--rows", "3"],
+                             capture_output=True, text=True, timeout=60)
+    assert offline.returncode == 0 and offline.stdout == done.stdout
