@@ -77,7 +77,8 @@ def run_demo(
         ]
         for thread in threads:
             thread.start()
-        print(f"searchmon demo: broker {broker.address}, metrics http://{listen}/metrics, "
+        print(f"searchmon demo: broker {broker.address}, status page http://{listen}/ "
+              f"(which queries moved), metrics http://{listen}/metrics, "
               f"event time x{accelerate:g}"
               + (f", {regression_class} results shuffled after "
                  f"{regression_after / 3600:g} h of event time" if regression_class else "")
@@ -206,6 +207,17 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
             f"{(f'{ndcg:.3f}' if ndcg is not None else '-'):>9}  "
             + ("REGRESSION " + ", ".join(verdicts) if verdicts else "-")
         )
+    report = daemon.coordinator.queries or {}
+    for name in sorted({v.slice[0] for v in offline.verdicts if v.regression} - {ALL}):
+        worsened = next((
+            e for e in report.get("worsened", [])
+            if (e["source"], e["query_class"], e["measure"]) == ("sample", name, measure)
+        ), None)
+        if worsened is not None:
+            moved = ", ".join(f"{r['query']} ({r['before']:.2f} -> {r['after']:.2f})"
+                              for r in worsened["rows"][:3])
+            lines.append(f"worsened {name} queries ({measure}): {moved}, ... on "
+                         f"http://{daemon.config.http.listen}/?class={name}")
     print("\n".join(lines), file=out, flush=True)
 
 

@@ -23,6 +23,7 @@ from monitor.config import Config
 from monitor.generate import Traffic, World, events
 from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
+from monitor.queryreport import query_report
 from monitor.source import _highwater, _if_assigned
 from tests.broker import FAST_GROUP, Broker, free_port
 from tests.test_exposition import get
@@ -177,6 +178,11 @@ def test_consumes_everything_dead_letters_rejections_and_stops_on_sigterm(
         assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
         assert values["searchmon_broker_connected"] == 1.0
         idle_writes_nothing(tmp_path / "state", port)
+        status, body = get(f"http://127.0.0.1:{port}/queries")
+        assert status == 200
+        shown = json.loads(body)
+        status, page = get(f"http://127.0.0.1:{port}/?class=all")
+        assert status == 200 and "Top searches without results" in page
     finally:
         daemon.send_signal(signal.SIGTERM)
         started = time.monotonic()
@@ -185,6 +191,8 @@ def test_consumes_everything_dead_letters_rejections_and_stops_on_sigterm(
     assert time.monotonic() - started < 10
     want = expected(traffic)
     assert online_counts(values) == counts_of(want)
+    # the query lists of the four partitions, merged by the worker, as one merge of them
+    assert shown == query_report(want, None, Config()) and shown["lists"]
     rejected = sum(rejections(want).values())
     assert rejected > 20
     dead = KafkaConsumer(DEAD, bootstrap_servers=broker.address, auto_offset_reset="earliest",

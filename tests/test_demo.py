@@ -3,15 +3,18 @@ the injected regression flagged for its class only."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from monitor.broker import free_port
 from tests.test_daemon import scrape
+from tests.test_exposition import get
 
 ROOT = Path(__file__).parent.parent
 
@@ -30,6 +33,8 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
     demo = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     values: dict[str, float] = {}
+    worsened: list[dict[str, Any]] = []
+    page = ""
     try:
         deadline = time.monotonic() + 110
         while time.monotonic() < deadline:
@@ -37,8 +42,14 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
             flag = values.get('search_judged_regression{measure="nDCG@10",'
                               'query_class="navigational"}')
             if flag == 1.0:
-                time.sleep(3)  # one more refresh of the live view
-                break
+                # the worsened queries come with the checkpoint that exported the flag
+                status, body = get(f"http://127.0.0.1:{port}/queries?class=navigational"
+                                   "&list=worsened")
+                if status == 200 and json.loads(body)["worsened"]:
+                    worsened = json.loads(body)["worsened"]
+                    page = get(f"http://127.0.0.1:{port}/?class=navigational")[1]
+                    time.sleep(3)  # one more refresh of the live view
+                    break
             time.sleep(1)
     finally:
         demo.send_signal(signal.SIGINT)
@@ -57,3 +68,9 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
         if klass in classes and klass != "navigational":
             assert value == 0.0, (klass, measure)
     assert "REGRESSION" in output
+    # the page leads from the regression to the queries that moved
+    first = next(e for e in worsened if (e["source"], e["measure"]) == ("sample", "nDCG@10"))
+    assert first["rows"] and all(r["after"] < r["before"] for r in first["rows"])
+    assert first["rows"][0]["query"] in page and "nDCG@10 worsened: sample" in page
+    assert f"status page http://127.0.0.1:{port}/" in output
+    assert "worsened navigational queries (nDCG@10)" in output
