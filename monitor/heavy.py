@@ -312,6 +312,43 @@ class HeavyQueries:
         self._sessions = {k: set(s) for k, s in zip(counts.keys, state.sessions, strict=True)}
 
 
+def merge_many(
+    states: Sequence[HeavyQueriesState], capacity: int, min_sessions: int
+) -> HeavyQueriesState:
+    """The summary of the streams of ``states`` at once (``merge_states`` over any number of
+    summaries, ``HeavyQueries.merge``'s session sets), for summaries this process made: plain
+    data in, plain data out, nothing re-checked.
+
+    A key's count (error) is the sum over the summaries of its count (error) where kept and
+    of that summary's unseen bound where not; the ``capacity`` largest are kept. Every merged
+    count is at least the sum of the unseen bounds, so a key kept nowhere stays below the
+    merged unseen bound, and every error stays below the smallest merged count."""
+    unseen = [min(s.counts.counts) if len(s.counts.keys) == capacity else 0 for s in states]
+    base = sum(unseen)
+    counts: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    sessions: dict[str, set[int]] = {}
+    for state, bound in zip(states, unseen, strict=True):
+        part = state.counts
+        for key, count, error, hashed in zip(
+            part.keys, part.counts, part.errors, state.sessions, strict=True
+        ):
+            # each key starts from every summary's unseen bound; a summary keeping it
+            # replaces its bound by its count
+            counts[key] = counts.get(key, base) + count - bound
+            errors[key] = errors.get(key, base) + error - bound
+            known = sessions.get(key)
+            if known is None:
+                sessions[key] = set(hashed)
+            elif len(known) < min_sessions:
+                known.update(hashed)
+    ranked = sorted(counts, key=lambda k: (-counts[k], k))[:capacity]
+    return HeavyQueriesState(
+        SpaceSavingState(ranked, [counts[k] for k in ranked], [errors[k] for k in ranked]),
+        [_capped(sessions[k], min_sessions) for k in ranked],
+    )
+
+
 def _capped(sessions: Iterable[int], limit: int) -> list[int]:
     """At most ``limit`` of ``sessions``: the smallest, so that merging is deterministic."""
     return sorted(sessions)[:limit]

@@ -36,6 +36,7 @@ from monitor.heavy import (
     HeavyQueries,
     HeavyQueriesState,
     Redaction,
+    merge_many,
     redact,
     session_hash,
 )
@@ -300,20 +301,16 @@ def merge_tallies(
     """One tally of the streams of ``states`` (Space-Saving merges; clicks add up)."""
     if not states:
         return None
-    first = states[0]
-    summaries = [HeavyQueries(capacity, min_sessions) for _ in range(3)]
-    for summary, part in zip(summaries, (first.searches, first.zero, first.outcomes),
-                             strict=True):
-        summary.restore(part)
-    clicked = dict(zip(first.outcomes.counts.keys, first.clicked, strict=True))
-    for state in states[1:]:
-        for i, part in enumerate((state.searches, state.zero, state.outcomes)):
-            other = HeavyQueries(capacity, min_sessions)
-            other.restore(part)
-            summaries[i] = summaries[i].merge(other)
+    if len(states) == 1:
+        return states[0]
+    searches, zero, outcomes = (
+        merge_many([getattr(s, part) for s in states], capacity, min_sessions)
+        for part in ("searches", "zero", "outcomes")
+    )
+    clicked: dict[str, int] = {}
+    for state in states:
         for key, n in zip(state.outcomes.counts.keys, state.clicked, strict=True):
             clicked[key] = clicked.get(key, 0) + n
-    searches, zero, outcomes = (summary.snapshot() for summary in summaries)
     merged = outcomes.counts
     return TallyState(
         searches, zero, outcomes,
@@ -328,29 +325,26 @@ def lists(state: TallyState, config: QueryListsConfig) -> dict[str, list[dict[st
     the searches summary knows (each a lower bound). ``count`` is an upper bound and
     ``error`` its largest overestimate: the true figure lies in ``[count - error, count]``."""
     k, top = config.min_sessions, config.top
-    summaries = []
-    for part in (state.searches, state.zero, state.outcomes):
-        summary = HeavyQueries(config.capacity, k)
-        summary.restore(part)
-        summaries.append(summary)
-    searches, zero, outcomes = summaries
-    anonymous = {i.key for i in searches.anonymous_top(config.capacity)}
 
-    def shown(summary: HeavyQueries, key: str) -> bool:
-        return key in anonymous or summary.distinct(key) >= k
+    def rows(part: HeavyQueriesState) -> list[tuple[str, int, int, bool]]:
+        """(key, count, error, anonymous) by count descending (a snapshot's order)."""
+        c = part.counts
+        return [
+            (key, count, error, len(hashed) >= k)
+            for key, count, error, hashed in zip(c.keys, c.counts, c.errors, part.sessions,
+                                                 strict=True)
+        ]
 
-    volume = [
-        {"query": i.key, "count": i.count, "error": i.error}
-        for i in searches.anonymous_top(top)
-    ]
-    zero_rows = [
-        {"query": i.key, "count": i.count, "error": i.error}
-        for i in zero.counts.top(len(zero.counts)) if shown(zero, i.key)
-    ][:top]
+    searches = rows(state.searches)
+    anonymous = {key for key, _, _, ok in searches if ok}
+    volume = [{"query": key, "count": count, "error": error}
+              for key, count, error, ok in searches if ok][:top]
+    zero_rows = [{"query": key, "count": count, "error": error}
+                 for key, count, error, ok in rows(state.zero) if ok or key in anonymous][:top]
     clicked_of = dict(zip(state.outcomes.counts.keys, state.clicked, strict=True))
     finished = [
-        (i.key, i.count - i.error, i.error, clicked_of.get(i.key, 0))
-        for i in outcomes.counts.top(len(outcomes.counts)) if shown(outcomes, i.key)
+        (key, count - error, error, clicked_of.get(key, 0))
+        for key, count, error, ok in rows(state.outcomes) if ok or key in anonymous
     ]
     ranked = sorted(
         ((searched - clicked + error, key, error) for key, searched, error, clicked in finished

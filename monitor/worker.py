@@ -49,6 +49,9 @@ from monitor.replay import tune_for_throughput
 
 log = logging.getLogger(__name__)
 
+REPORT_EVERY = 10.0
+"""Seconds between two merges of the query lists while records keep coming."""
+
 
 class StartError(Exception):
     """The daemon refuses to start (the message says why and what to do)."""
@@ -189,6 +192,9 @@ class PartitionStates:
         self.shown_dirty = True
         """Whether a partition changed since the query lists were last merged."""
         self.shown_units: frozenset[Key] | None = None
+        self.shown_at = 0.0
+        self.busy = False
+        """Whether records were processed since the last checkpoint."""
         self.offline: Key | None = None
         """The judgments partition whose offline state the others forward to."""
         self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
@@ -247,12 +253,17 @@ class PartitionStates:
         return answers
 
     def queries(self) -> Report | None:
-        """The merged query lists, when a partition changed or came or went since the last
-        time they were asked for."""
+        """The merged query lists, when a partition came or went, or changed since they were
+        last merged: at most every ``REPORT_EVERY`` seconds while records keep coming, at
+        the next checkpoint once they stop. None: nothing new."""
+        busy, self.busy = self.busy, False
         owned = frozenset(self.units)
-        if not self.shown_dirty and owned == self.shown_units:
+        now = time.monotonic()
+        if owned == self.shown_units and (
+            not self.shown_dirty or (busy and now - self.shown_at < REPORT_EVERY)
+        ):
             return None
-        self.shown_dirty, self.shown_units = False, owned
+        self.shown_dirty, self.shown_units, self.shown_at = False, owned, now
         owner = self.units.get(self.offline) if self.offline is not None else None
         return query_report([self.units[k] for k in sorted(self.units)], owner, self.config)
 
@@ -318,7 +329,7 @@ class PartitionStates:
                     pipeline.forward_to(owner)
             offsets[key] = numbers[-1] + 1
             self.dirty.add(key)
-            self.shown_dirty = True
+            self.shown_dirty = self.busy = True
         if owner is not None and parts:
             owner.offline_tick(
                 max(p.sessions.newest for p in units.values()), judgments_caught_up

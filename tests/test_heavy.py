@@ -22,6 +22,8 @@ from monitor.heavy import (
     Redaction,
     SpaceSaving,
     SpaceSavingState,
+    merge_many,
+    merge_states,
     redact,
     session_hash,
 )
@@ -127,6 +129,31 @@ def test_merge_by_hand() -> None:
     assert merged.snapshot() == SpaceSavingState(["a", "b"], [8, 6], [3, 2])
     assert merged.unseen_bound() == 6  # true counts: a 5, b 5, c 1, d 3
     assert second.merge(first).snapshot() == merged.snapshot()
+
+
+def test_merging_many_summaries_at_once_bounds_the_whole_stream() -> None:
+    """Three parts merged in one step (how windows, classes and partitions combine): every
+    true count within its bounds, session sets united and capped; two parts give what
+    ``merge_states`` gives."""
+    third = len(STREAM) // 3
+    parts = [STREAM[:third], STREAM[third:2 * third], STREAM[2 * third:]]
+    states = []
+    for n, part in enumerate(parts):
+        heavy = HeavyQueries(200, 3)
+        for i, key in enumerate(part):
+            heavy.add(key, f"s{n}-{i % 7}")
+        states.append(heavy.snapshot())
+    merged = merge_many(states, 200, 3)
+    summary = SpaceSaving(200)
+    summary.restore(merged.counts)
+    assert_bounds_hold(summary, EXACT)
+    assert len(summary.guaranteed(20)) >= 10
+    assert all(len(s) == 3 for s in merged.sessions[:20]), "sessions of every part, capped"
+    restored = HeavyQueries(200, 3)
+    restored.restore(merged)  # a valid summary
+    assert merge_many(states[:2], 200, 3).counts == merge_states(
+        states[0].counts, states[1].counts, 200
+    )
 
 
 def test_merge_rejects_different_capacities() -> None:
