@@ -142,7 +142,9 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         "--url (a daemon or replay --serve) or from a replay --report json file.",
     )
     source = tp.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="http://HOST:PORT of a daemon or of replay --serve")
+    source.add_argument("--url", action="append",
+                        help="http://HOST:PORT of a daemon or of replay --serve; repeated for "
+                        "the replicas of one deployment, whose lists are merged")
     source.add_argument("--report", type=Path, metavar="FILE",
                         help="a replay --report json output ('-': standard input)")
     tp.add_argument("--class", dest="query_class", help="one query class (all: overall)")
@@ -335,6 +337,7 @@ def _replay(args: argparse.Namespace) -> int:
     from monitor.metrics import ExportCollector
     from monitor.page import Status
     from monitor.pipeline import RejectionLog
+    from monitor.queryreport import query_state
     from monitor.replay import format_json as format_replay_json
     from monitor.replay import format_table, replay_files, report, tune_for_throughput
 
@@ -356,7 +359,8 @@ def _replay(args: argparse.Namespace) -> int:
         registry = CollectorRegistry()
         figures = export(pipeline)
         registry.register(ExportCollector(lambda: figures))
-        status = Status(lambda: figures, lambda: result["queries"])
+        state = query_state([pipeline], pipeline, config)
+        status = Status(lambda: figures, lambda: result["queries"], lambda: state)
         try:
             server = MetricsServer.from_config(config.http, registry, status=status).start()
         except (OSError, ssl.SSLError) as error:
@@ -373,25 +377,41 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _top(args: argparse.Namespace) -> int:
     import json
-    import urllib.error
-    import urllib.request
     from urllib.parse import urlencode
 
-    from monitor.queryreport import FilterError, format_lists, select
+    from pydantic import ValidationError
+
+    from monitor.queryreport import (
+        STATE,
+        FilterError,
+        format_lists,
+        merge_replicas,
+        report_of,
+        select,
+    )
+    from monitor.snapshots import StateError
 
     filters = {"class": args.query_class, "window": args.window, "list": args.list_name}
-    if args.url is not None:
+    if args.url is not None and len(args.url) == 1:
         asked = urlencode({k: v for k, v in filters.items() if v is not None})
-        url = args.url.rstrip("/") + "/queries" + ("?" + asked if asked else "")
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        url = args.url[0]
         try:
-            with opener.open(url, timeout=30) as answer:
-                report = json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            raise UsageError(f"{url}: {error.code} {error.read().decode(errors='replace').strip()}"
+            report = json.loads(_fetch(url, "/queries" + ("?" + asked if asked else "")))
+        except ValueError:
+            raise UsageError(f"{url}: not a searchmon endpoint (its /queries is not JSON)"
                              ) from None
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
+    elif args.url is not None:  # replicas: their summaries merge as the partitions' did
+        try:
+            merged = merge_replicas([
+                STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
+            ])
+        except (ValidationError, StateError) as error:
+            raise UsageError(f"cannot merge the replicas' query lists: {error}") from None
+        try:
+            report = select(report_of(merged), filters["class"], filters["window"],
+                            filters["list"])
+        except FilterError as error:
+            raise UsageError(str(error)) from None
     else:
         try:
             text = sys.stdin.read() if str(args.report) == "-" else args.report.read_text()
@@ -409,6 +429,25 @@ def _top(args: argparse.Namespace) -> int:
             raise UsageError(str(error)) from None
     sys.stdout.write(format_lists(report, max(args.rows, 1)))
     return EXIT_OK
+
+
+def _fetch(base: str, path: str) -> bytes:
+    """The body of ``base + path`` (no proxy: the endpoints are the operator's own)."""
+    import urllib.error
+    import urllib.request
+
+    url = base.rstrip("/") + path
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=30) as answer:
+            body: bytes = answer.read()
+            return body
+    except urllib.error.HTTPError as error:
+        raise UsageError(
+            f"{url}: {error.code} {error.read().decode(errors='replace').strip()}"
+        ) from None
+    except (urllib.error.URLError, OSError) as error:
+        raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
 
 
 def _wait_for_signal() -> None:

@@ -19,7 +19,7 @@ from monitor.config import Config
 from monitor.export import Export, export
 from monitor.merge import Key, Ledger
 from monitor.pipeline import Pipeline
-from monitor.queryreport import Report
+from monitor.queryreport import QueryState, Report, report_of
 from monitor.snapshots import StateError
 from monitor.source import KafkaSource, RebalanceFence
 from monitor.worker import Checkpoint, Checkpointed, StartError, Worker, offline_key, refusal
@@ -43,8 +43,10 @@ class CheckpointCoordinator:
         self.last_success = time.monotonic()
         """When a checkpoint last succeeded (or the daemon started)."""
         self.exported = export(Pipeline(config))  # until a checkpoint is restored or written
+        self.query_state: QueryState | None = None
+        """The query lists of the partitions owned, as of the newest checkpoint..."""
         self.queries: Report | None = None
-        """The query lists of the partitions owned, as of the newest checkpoint."""
+        """...and what /queries shows of them."""
         self._last = time.monotonic()
 
     def _open(self, discard: bool) -> Ledger:
@@ -109,7 +111,7 @@ class CheckpointCoordinator:
                 key: offset for key, (offset, _) in answer.written.items() if key in owned
             })
         if answer.queries is not None:
-            self.queries = answer.queries
+            self.query_state, self.queries = answer.queries, report_of(answer.queries)
         self.checkpoint_time = answer.written_at
         self.last_success = time.monotonic()
         return answer

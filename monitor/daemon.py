@@ -130,7 +130,8 @@ class Daemon:
         registry = CollectorRegistry()
         registry.register(ExportCollector(lambda: self.exported, self._daemon_metrics))
         ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
-        status = Status(lambda: self.exported, lambda: self.coordinator.queries)
+        status = Status(lambda: self.exported, lambda: self.coordinator.queries,
+                        lambda: self.coordinator.query_state)
         server = MetricsServer.from_config(
             self.config.http, registry, self._not_ready, self._not_alive, status
         ).start()

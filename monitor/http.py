@@ -44,7 +44,7 @@ from prometheus_client.registry import CollectorRegistry
 from monitor import page
 from monitor.config import HttpConfig
 from monitor.page import Status
-from monitor.queryreport import FilterError, select
+from monitor.queryreport import STATE, FilterError, select
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ class _Site:
             return _probe(self._ready(), "ready")
         if request.path == "/livez":
             return _probe(self._alive(), "alive")
-        if self._status is not None and request.path in ("/", "/queries"):
+        if self._status is not None and request.path in ("/", "/queries", "/queries/state"):
             try:
                 return self._show(request, self._status)
             except Exception as error:
@@ -367,6 +367,13 @@ class _Site:
             return _Answer(HTTPStatus.BAD_REQUEST, (
                 f"unknown parameter {sorted(unknown)[0]!r}: filters are class, window and "
                 "list\n").encode())
+        if request.path == "/queries/state":
+            state = status.state()
+            if state is None:
+                return _Answer(HTTPStatus.SERVICE_UNAVAILABLE,
+                               b"query lists not computed yet: they come with the first "
+                               b"checkpoint\n", headers=(("Retry-After", "5"),))
+            return _Answer(HTTPStatus.OK, STATE.dump_json(state), "application/json")
         queries = status.queries()
         if request.path == "/":
             return _Answer(HTTPStatus.OK, page.render(status.export(), queries,

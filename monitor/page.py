@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from monitor.classes import ALL
 from monitor.export import Export, SliceFigures
-from monitor.queryreport import Report
+from monitor.queryreport import QueryState, Report
 
 ROWS = 10
 """Rows of each list on the page (``/queries`` has them all)."""
@@ -29,6 +29,8 @@ class Status:
     export: Callable[[], Export]
     queries: Callable[[], Report | None]
     """None until the lists are computed (the daemon: at its first checkpoint)."""
+    state: Callable[[], QueryState | None]
+    """What the lists are made of, for ``searchmon top`` over several replicas."""
 
 
 _STYLE = """

@@ -8,68 +8,194 @@ since the query was kept, how many of them got a click, and their click-through 
 ``worsened``: one entry per (source, window, class, measure): the judged queries whose score
 dropped most, with both scores (``sample``: the latest completed sample against its
 baseline; ``live``: the live qrels join, the last window against the one before it).
+
+A replica's lists come from a ``QueryState``: the summaries of the partitions it owns,
+merged per window and class. States of several replicas merge into one (``merge_replicas``:
+``searchmon top`` with several ``--url``), as the partitions' did.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from monitor.classes import ALL
-from monitor.config import Config, parse_duration
+from monitor.config import Config, QueryListsConfig, parse_duration
 from monitor.heavy import redact
 from monitor.judged import OVERALL, Judged
 from monitor.pipeline import Pipeline
 from monitor.querylists import (
     LISTS,
+    Tally,
     TallyState,
     lists,
     merge_tallies,
     redactions,
     window_name,
 )
+from monitor.snapshots import Float, Int, require, same_lengths
 
 Report = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorsenedRow:
+    query: str
+    before: Float
+    after: Float
+    delta: Float
+
+
+@dataclass(frozen=True)
+class WorsenedEntry:
+    source: str
+    window: str | None
+    sample_id: str | None
+    baseline_id: str | None
+    query_class: str
+    measure: str
+    rows: list[WorsenedRow]
+
+
+@dataclass(frozen=True)
+class WindowTallies:
+    """One window: the event time its buckets cover and the merged tally of each class."""
+
+    window: Float
+    start: Float
+    end: Float
+    classes: list[str]
+    tallies: list[TallyState]
+
+
+@dataclass(frozen=True)
+class QueryState:
+    """What one replica (or replay) knows of the query lists, as data that merges."""
+
+    enabled: bool
+    capacity: Int
+    min_sessions: Int
+    top: Int
+    min_searches: Int
+    newest: Float | None
+    windows: list[WindowTallies]
+    worsened: list[WorsenedEntry]
+
+
+STATE = TypeAdapter(QueryState)
+"""``/queries/state`` as JSON, and back (validated: it comes over the network)."""
+
+
+def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config: Config) -> (
+    QueryState
+):
+    """The lists of ``pipelines`` merged per window and class, and the worsened queries of
+    ``offline`` (the pipeline holding the offline state, if any)."""
+    settings = config.query_lists
+    newest = max((p.sessions.newest for p in pipelines), default=float("-inf"))
+    windows = []
+    if settings.enabled:
+        for length in settings.windows:
+            merged, span = window_states(pipelines, length, config)
+            if span is not None:
+                windows.append(WindowTallies(length, span[0], min(span[1], newest),
+                                             list(merged), list(merged.values())))
+    worsened = []
+    if settings.enabled and offline is not None and offline.judged.active:
+        worsened = _worsened(offline.judged, offline.classes.names, config)
+    return QueryState(
+        settings.enabled, settings.capacity, settings.min_sessions, settings.top,
+        settings.min_searches, newest if newest > float("-inf") else None, windows, worsened,
+    )
 
 
 def query_report(pipelines: Sequence[Pipeline], offline: Pipeline | None, config: Config) -> (
     Report
 ):
-    """The lists of ``pipelines`` merged, and the worsened queries of ``offline`` (the
-    pipeline holding the offline state, if any)."""
-    settings = config.query_lists
+    return report_of(query_state(pipelines, offline, config))
+
+
+def report_of(state: QueryState) -> Report:
+    """The published lists of ``state``: per window, each class and ``all`` (the merge of
+    the classes)."""
+    settings = QueryListsConfig(
+        enabled=state.enabled, capacity=state.capacity, min_sessions=state.min_sessions,
+        top=state.top, min_searches=state.min_searches,
+    )
     report: Report = {
-        "enabled": settings.enabled, "min_sessions": settings.min_sessions,
-        "capacity": settings.capacity, "lists": [], "worsened": [],
+        "enabled": state.enabled, "min_sessions": state.min_sessions,
+        "capacity": state.capacity, "lists": [], "worsened": [],
     }
-    if not settings.enabled:
+    if not state.enabled:
         return report
-    newest = max((p.sessions.newest for p in pipelines), default=float("-inf"))
-    report["as_of"] = _utc(newest) if newest > float("-inf") else None
-    for length in settings.windows:
-        merged, overall, span = window_states(pipelines, length, config)
-        if span is None:
-            continue
-        window = window_name(length)
-        for name, state in [(ALL, overall), *merged.items()]:
-            if state is None:
+    report["as_of"] = _utc(state.newest) if state.newest is not None else None
+    for window in state.windows:
+        merged = dict(zip(window.classes, window.tallies, strict=True))
+        overall = merge_tallies(list(merged.values()), state.capacity, state.min_sessions)
+        for name, tally in [(ALL, overall), *merged.items()]:
+            if tally is None:
                 continue
-            for list_name, rows in lists(state, settings).items():
+            for list_name, rows in lists(tally, settings).items():
                 report["lists"].append({
-                    "list": list_name, "window": window, "query_class": name,
-                    "from": _utc(span[0]), "to": _utc(min(span[1], newest)), "rows": rows,
+                    "list": list_name, "window": window_name(window.window),
+                    "query_class": name, "from": _utc(window.start), "to": _utc(window.end),
+                    "rows": rows,
                 })
-    if offline is not None and offline.judged.active:
-        report["worsened"] = _worsened(offline.judged, offline.classes.names, config)
+    report["worsened"] = [
+        {
+            "source": e.source, "window": e.window,
+            **({"sample_id": e.sample_id, "baseline_id": e.baseline_id}
+               if e.source == "sample" else {}),
+            "query_class": e.query_class, "measure": e.measure,
+            "rows": [{"query": r.query, "before": r.before, "after": r.after,
+                      "delta": r.delta} for r in e.rows],
+        }
+        for e in state.worsened
+    ]
     return report
+
+
+def merge_replicas(states: Sequence[QueryState]) -> QueryState:
+    """The lists of several replicas (each owning other partitions) as one: summaries merge
+    per window and class; the worsened queries are those of the replica holding the offline
+    state. Raises ``StateError`` when the replicas' settings differ or a state is malformed."""
+    first = states[0]
+    for state in states:
+        require((state.enabled, state.capacity, state.min_sessions) == (
+            first.enabled, first.capacity, first.min_sessions
+        ), "the replicas' [query_lists] settings differ")
+        for window in state.windows:
+            same_lengths("query lists: a window", window.classes, window.tallies)
+            for tally in window.tallies:  # read back from the network: checked whole
+                Tally.restore(tally, state.capacity, state.min_sessions)
+    newest = [s.newest for s in states if s.newest is not None]
+    windows = []
+    for length in sorted({w.window for s in states for w in s.windows}):
+        parts = [w for s in states for w in s.windows if w.window == length]
+        by_class: dict[str, list[TallyState]] = {}
+        for part in parts:
+            for name, tally in zip(part.classes, part.tallies, strict=True):
+                by_class.setdefault(name, []).append(tally)
+        merged = {name: merge_tallies(tallies, first.capacity, first.min_sessions)
+                  for name, tallies in sorted(by_class.items())}
+        windows.append(WindowTallies(
+            length, min(p.start for p in parts), max(p.end for p in parts), list(merged),
+            [t for t in merged.values() if t is not None],
+        ))
+    worsened = next((s.worsened for s in states if s.worsened), [])
+    return QueryState(first.enabled, first.capacity, first.min_sessions, first.top,
+                      first.min_searches, max(newest) if newest else None, windows, worsened)
 
 
 def window_states(
     pipelines: Sequence[Pipeline], length: float, config: Config
-) -> tuple[dict[str, TallyState], TallyState | None, tuple[float, float] | None]:
-    """One window of ``pipelines``: the merged tally per class name, the overall one (the
-    merge of the classes), and the event time the window covers (None: nothing in it)."""
+) -> tuple[dict[str, TallyState], tuple[float, float] | None]:
+    """One window of ``pipelines``: the merged tally per class name, and the event time the
+    window covers (None: nothing in it)."""
     capacity, min_sessions = config.query_lists.capacity, config.query_lists.min_sessions
     by_class: dict[str, list[TallyState]] = {}
     spans = []
@@ -87,29 +213,26 @@ def window_states(
         state = merge_tallies(states, capacity, min_sessions)
         if state is not None:
             merged[name] = state
-    overall = merge_tallies(list(merged.values()), capacity, min_sessions)
     if not spans:
-        return merged, overall, None
-    return merged, overall, (min(a for a, _ in spans), max(b for _, b in spans))
+        return merged, None
+    return merged, (min(a for a, _ in spans), max(b for _, b in spans))
 
 
-def _worsened(judged: Judged, names: Sequence[str], config: Config) -> list[dict[str, Any]]:
+def _worsened(judged: Judged, names: Sequence[str], config: Config) -> list[WorsenedEntry]:
     kept = redactions(config.query_lists)
     measures = [str(spec) for spec in judged.specs]
 
     def entries(
-        cells: dict[tuple[int, int], list[tuple[str, float, float]]], head: dict[str, Any]
-    ) -> list[dict[str, Any]]:
+        cells: dict[tuple[int, int], list[tuple[str, float, float]]], source: str,
+        window: str | None, sample_id: str | None, baseline_id: str | None,
+    ) -> list[WorsenedEntry]:
         return [
-            {
-                **head, "query_class": ALL if klass == OVERALL else names[klass],
-                "measure": measures[m],
-                "rows": [
-                    {"query": redact(key, kept), "before": before, "after": after,
-                     "delta": after - before}
-                    for key, before, after in rows
-                ],
-            }
+            WorsenedEntry(
+                source, window, sample_id, baseline_id,
+                ALL if klass == OVERALL else names[klass], measures[m],
+                [WorsenedRow(redact(key, kept), before, after, after - before)
+                 for key, before, after in rows],
+            )
             for (klass, m), rows in sorted(cells.items(), key=lambda c: (c[0][0] != OVERALL,
                                                                         c[0]))
             if rows
@@ -117,12 +240,10 @@ def _worsened(judged: Judged, names: Sequence[str], config: Config) -> list[dict
 
     found = []
     if judged.worsened is not None:
-        found += entries(judged.worsened.cells, {
-            "source": "sample", "window": None, "sample_id": judged.worsened.sample_id,
-            "baseline_id": judged.worsened.baseline_id,
-        })
+        found += entries(judged.worsened.cells, "sample", None, judged.worsened.sample_id,
+                         judged.worsened.baseline_id)
     for length in judged.config.windows:
-        found += entries(judged.drifted(length), {"source": "live", "window": window_name(length)})
+        found += entries(judged.drifted(length), "live", window_name(length), None, None)
     return found
 
 

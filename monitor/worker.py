@@ -44,7 +44,7 @@ from monitor.codec import UnitState
 from monitor.config import Config
 from monitor.export import Export, export
 from monitor.pipeline import Pipeline, RejectionLog
-from monitor.queryreport import Report, query_report
+from monitor.queryreport import QueryState, query_state
 from monitor.replay import tune_for_throughput
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class Checkpointed:
     """The partitions whose state changed and was written: their offsets and views."""
     written_at: float = 0.0
     offsets: dict[Key, int] = field(default_factory=dict)
-    queries: Report | None = None
+    queries: QueryState | None = None
     """The query lists of every partition owned, merged (None: unchanged since the last)."""
 
 
@@ -252,7 +252,7 @@ class PartitionStates:
         self._join()
         return answers
 
-    def queries(self) -> Report | None:
+    def queries(self) -> QueryState | None:
         """The merged query lists, when a partition came or went, or changed since they were
         last merged: at most every ``REPORT_EVERY`` seconds while records keep coming, at
         the next checkpoint once they stop. None: nothing new."""
@@ -265,7 +265,7 @@ class PartitionStates:
             return None
         self.shown_dirty, self.shown_units, self.shown_at = False, owned, now
         owner = self.units.get(self.offline) if self.offline is not None else None
-        return query_report([self.units[k] for k in sorted(self.units)], owner, self.config)
+        return query_state([self.units[k] for k in sorted(self.units)], owner, self.config)
 
     def rewind(self, keys: set[Key]) -> None:
         for key in keys & self.units.keys():

@@ -19,8 +19,18 @@ from monitor.export import export
 from monitor.generate import Regression, Traffic, World, events
 from monitor.heavy import SpaceSaving
 from monitor.pipeline import Pipeline
-from monitor.querylists import QueryLists, memory_bound
-from monitor.queryreport import FilterError, format_lists, query_report, select, window_states
+from monitor.querylists import QueryLists, memory_bound, merge_tallies
+from monitor.queryreport import (
+    STATE,
+    FilterError,
+    format_lists,
+    merge_replicas,
+    query_report,
+    query_state,
+    report_of,
+    select,
+    window_states,
+)
 from tests.events import T0, click, line, query, stamp
 
 HOUR = 3600.0
@@ -65,7 +75,8 @@ def test_top_searches_and_zero_result_lists_hold_the_exact_counts_within_their_b
                 accepted.append(event)
     lists = partitions[0].lists
     assert lists is not None
-    merged, overall, span = window_states(partitions, HOUR, config)
+    merged, span = window_states(partitions, HOUR, config)
+    overall = merge_tallies(list(merged.values()), 60, 1)
     assert span is not None and overall is not None
     for event in accepted:
         seconds = event["timestamp"] / 1000 if isinstance(event["timestamp"], int) else (
@@ -80,6 +91,14 @@ def test_top_searches_and_zero_result_lists_hold_the_exact_counts_within_their_b
                 exact["zero_results"][key] += 1
     assert len(exact["searches"]) > 3 * 60, "more distinct queries than counters"
     report = query_report(partitions, partitions[0], config)
+    # two replicas, one partition each, merged as `searchmon top` merges them: bounds hold too
+    replicas = report_of(merge_replicas([
+        STATE.validate_json(STATE.dump_json(query_state([p], None, config)))
+        for p in partitions
+    ]))
+    for list_name, counts in exact.items():
+        for row in entry(replicas, list_name):
+            assert row["count"] - row["error"] <= counts[row["query"]] <= row["count"], row
     for list_name, counts in exact.items():
         rows = entry(report, list_name)
         assert len(rows) == min(20, len(counts))

@@ -143,3 +143,66 @@ def test_top_prints_the_lists_of_a_running_endpoint_and_of_a_report(
     offline = subprocess.run([*SEARCHMON, "top", "--report", str(report), "--rows", "3"],
                              capture_output=True, text=True, timeout=60)
     assert offline.returncode == 0 and offline.stdout == done.stdout
+
+
+def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
+    """Given twice, the same endpoint stands for two replicas that counted the same traffic:
+    every exact count (error 0) doubles, and the worsened queries come once."""
+    single = json.loads(get(served + "/queries?class=all&window=1h&list=searches")[1])
+    exact = [r for r in single["lists"][0]["rows"] if r["error"] == 0][:3]
+    assert exact
+    done = subprocess.run(
+        [*SEARCHMON, "top", "--url", served, "--url", served, "--class", "all", "--window",
+         "1h", "--list", "searches", "--rows", "20"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split("  ")[1].strip(): line for line in done.stdout.splitlines()
+             if line.startswith("  ") and "  " in line[2:]}
+    for row in exact:
+        assert str(2 * row["count"]) in lines[row["query"]], (row, lines.get(row["query"]))
+    state = json.loads(get(served + "/queries/state")[1])
+    assert state["capacity"] == 1000 and state["windows"]
+
+
+def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
+    """A replica answering a state whose parts do not fit (here: a count below its error)
+    is refused with a message, not a traceback."""
+    import http.server
+    import threading
+
+    broken = {
+        "enabled": True, "capacity": 10, "min_sessions": 1, "top": 5, "min_searches": 1,
+        "newest": 1.0, "worsened": [],
+        "windows": [{"window": 3600.0, "start": 0.0, "end": 1.0, "classes": ["x"], "tallies": [{
+            "searches": {"counts": {"keys": ["a"], "counts": [1], "errors": [5]},
+                         "sessions": [[1]]},
+            "zero": {"counts": {"keys": [], "counts": [], "errors": []}, "sessions": []},
+            "outcomes": {"counts": {"keys": [], "counts": [], "errors": []}, "sessions": []},
+            "clicked": [],
+        }]}],
+    }
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(broken).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 2, done.stderr
+    assert "cannot merge the replicas' query lists" in done.stderr
+    assert "Traceback" not in done.stderr
