@@ -5,10 +5,12 @@
    file, then times in the same run:
    - baseline: ``for line in file: json.loads(line)``;
    - ours: the replay pipeline over the same file (decode, validate, classify, sessionize,
-     count), sessions closed at the end.
-   Prints both rates and the ratio ours / baseline (target >= 0.5).
+     count, keep the query lists), sessions closed at the end;
+   - ours without the query lists (``[query_lists] enabled = false``): what they cost.
+   Prints the rates and the ratios ours / baseline (target >= 0.5).
 2. Opens 1,000,000 sessions (one query each, all within the timeout) and prints the memory
-   they hold, per session (target < 400 bytes), measured with tracemalloc.
+   they hold, per session (target < 400 bytes), measured with tracemalloc, with and without
+   the query lists (which remember each open query's text until its outcome is known).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from monitor.config import Config
+from monitor.config import Config, parse_config
 from monitor.generate import Traffic, World, events, rfc3339
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.replay import replay, tune_for_throughput
@@ -53,8 +55,11 @@ def bare_json(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def ours(path: Path) -> tuple[float, Pipeline]:
-    pipeline = Pipeline(Config())
+NO_LISTS = parse_config("[query_lists]\nenabled = false\n")
+
+
+def ours(path: Path, config: Config) -> tuple[float, Pipeline]:
+    pipeline = Pipeline(config)
     log = RejectionLog(0)
     tune_for_throughput()  # as `searchmon replay` and `searchmon run` do
     start = time.perf_counter()
@@ -63,13 +68,13 @@ def ours(path: Path) -> tuple[float, Pipeline]:
     return time.perf_counter() - start, pipeline
 
 
-def memory_per_session(sessions: int) -> tuple[float, float]:
+def memory_per_session(sessions: int, config: Config) -> tuple[float, float]:
     """Bytes per open session: of the session table alone, and with the dedupe memory.
 
     Measured with tracemalloc (every Python allocation still held after feeding the events,
     including the session ids and query ids the table keeps alive).
     """
-    pipeline = Pipeline(Config())
+    pipeline = Pipeline(config)
     lines = [
         json.dumps({
             "type": "query", "event_id": f"e{i:09d}", "timestamp": rfc3339(1.79e9 + i / 1000),
@@ -111,21 +116,27 @@ def main() -> None:
         path = Path(tmp) / "events.jsonl"
         count = write_events(path, args.events)
         # alternate the two, best of N each: this machine's noise hits both alike
-        base_s = ours_s = float("inf")
+        base_s = ours_s = bare_s = float("inf")
         for _ in range(args.repeat):
             base_s = min(base_s, bare_json(path))
-            elapsed, pipeline = ours(path)
+            elapsed, pipeline = ours(path, Config())
             ours_s = min(ours_s, elapsed)
-    base_rate, ours_rate = count / base_s, count / ours_s
+            bare_s = min(bare_s, ours(path, NO_LISTS)[0])
+    base_rate, ours_rate, bare_rate = count / base_s, count / ours_s, count / bare_s
     rejected = sum(pipeline.health.rejected.values())
     print(f"replay bench: {count} events ({rejected} rejected by design: malformed/duplicates)")
     print(f"  bare json.loads loop:        {base_rate:12,.0f} events/s ({base_s:.2f} s)")
     print(f"  searchmon replay pipeline:   {ours_rate:12,.0f} events/s ({ours_s:.2f} s)")
     print(f"  ratio ours / json.loads:     {ours_rate / base_rate:12.2f}  (target >= 0.5)")
-    table, with_ids = memory_per_session(args.sessions)
-    print(f"memory with {args.sessions:,} open sessions (one query each), per session:")
-    print(f"  session table:               {table:12.0f} bytes  (target < 400)")
-    print(f"  plus dedupe memory of ids:   {with_ids:12.0f} bytes")
+    print(f"  without the query lists:     {bare_rate:12,.0f} events/s ({bare_s:.2f} s), "
+          f"ratio {bare_rate / base_rate:.2f}")
+    print(f"  the query lists cost:        {(ours_s - bare_s) / count * 1e6:12.2f} us per event")
+    for name, config in (("with the query lists", Config()), ("without them", NO_LISTS)):
+        table, with_ids = memory_per_session(args.sessions, config)
+        print(f"memory with {args.sessions:,} open sessions (one query each), {name}, per "
+              "session:")
+        print(f"  session table:               {table:12.0f} bytes  (target < 400)")
+        print(f"  plus dedupe memory of ids:   {with_ids:12.0f} bytes")
 
 
 if __name__ == "__main__":

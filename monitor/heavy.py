@@ -15,12 +15,12 @@ kept. All of it is pure: no clock, no I/O; state is an explicit snapshot.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
+from zlib import crc32
 
 from monitor.snapshots import Int, require, same_lengths
 
@@ -215,9 +215,9 @@ def merge_states(
 
 
 def session_hash(session: str) -> int:
-    """A stable signed 64-bit hash of a session id (Python's ``hash`` is salted per process)."""
-    digest = hashlib.blake2b(session.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    """A stable 32-bit hash of a session id (Python's ``hash`` is salted per process). Two
+    sessions that collide count as one: the count of distinct sessions can only be lower."""
+    return crc32(session.encode())
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,22 @@ class HeavyQueries:
 
     def add(self, query: str, session: str, weight: int = 1) -> None:
         self.add_hashed(query, session_hash(session), weight)
+
+    def add_sessions(self, query: str, weight: int, sessions: Iterable[int]) -> str | None:
+        """``weight`` occurrences of ``query`` by ``sessions`` (hashed) at once; returns the
+        query evicted, if any."""
+        evicted = self.counts.add(query, weight)
+        if evicted is not None:
+            del self._sessions[evicted]
+        known = self._sessions.get(query)
+        if known is None:
+            known = self._sessions[query] = set()
+        limit = self.min_sessions
+        for session in sessions:
+            if len(known) >= limit:
+                break
+            known.add(session)
+        return evicted
 
     def add_hashed(self, query: str, session: int, weight: int = 1) -> str | None:
         """``add`` with the session's ``session_hash`` (computed once for several summaries);

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zlib import crc32
 
 from monitor.classes import normalise
 from monitor.config import QueryListsConfig
@@ -38,7 +39,6 @@ from monitor.heavy import (
     Redaction,
     merge_many,
     redact,
-    session_hash,
 )
 from monitor.snapshots import Float, Int, require, same_lengths
 
@@ -79,18 +79,6 @@ class Tally:
         self.zero = HeavyQueries(capacity, min_sessions)
         self.outcomes = HeavyQueries(capacity, min_sessions)
         self.clicked: dict[str, int] = {}
-
-    def searched(self, key: str, session: int, zero: bool) -> None:
-        self.searches.add_hashed(key, session)
-        if zero:
-            self.zero.add_hashed(key, session)
-
-    def finished(self, key: str, session: int, clicked: bool) -> None:
-        evicted = self.outcomes.add_hashed(key, session)
-        if evicted is not None:
-            self.clicked.pop(evicted, None)
-        if clicked:
-            self.clicked[key] = self.clicked.get(key, 0) + 1
 
     def snapshot(self) -> TallyState:
         outcomes = self.outcomes.snapshot()
@@ -151,8 +139,30 @@ class QueryListsState:
     open_keys: list[str]
 
 
+BATCH_KEYS = 4096
+"""Distinct queries a batch gathers before it is added to the summaries."""
+
+
+class _Batch:
+    """Queries of one class gathered while their times stay in the same buckets of every
+    window, added to those buckets' tallies at once: one weighted Space-Saving update per
+    distinct query instead of one per search (the summaries' guarantees hold for weighted
+    updates). ``counts``: key -> [searches, zero-result searches or clicked ones, hashed
+    sessions (at most ``min_sessions``)]."""
+
+    __slots__ = ("counts", "high", "low", "tallies")
+
+    def __init__(self, low: float, high: float, tallies: list[Tally]) -> None:
+        self.low, self.high, self.tallies = low, high, tallies
+        self.counts: dict[str, list[Any]] = {}
+
+
 class QueryLists:
-    """The query lists of one pipeline."""
+    """The query lists of one pipeline.
+
+    Arrivals and outcomes are gathered in a ``_Batch`` per class; a batch goes to the tallies
+    when a time outside its buckets comes, when it holds ``BATCH_KEYS`` queries, and before
+    the tallies are read or snapshotted."""
 
     def __init__(self, config: QueryListsConfig) -> None:
         self.config = config
@@ -168,8 +178,8 @@ class QueryLists:
         """Per window: the oldest bucket still kept."""
         self.open: dict[str, str] = {}
         """Queries whose outcome is not known yet: query id -> key."""
-        self._hot: dict[int, tuple[float, float, list[Tally]]] = {}
-        """Per class: the time range and tallies of the latest ``_tallies`` answer."""
+        self._arrivals: dict[int, _Batch] = {}
+        self._outcomes: dict[int, _Batch] = {}
         self._keys: dict[str, str] = {}
         """A bounded memo of text -> key (normalising and redacting costs a few us)."""
 
@@ -186,35 +196,86 @@ class QueryLists:
         self, klass: int, time: float, query_id: str, text: str, session_id: str, zero: bool
     ) -> None:
         """An accepted query, on arrival."""
-        key = self.key(text)
+        key = self._keys.get(text)
+        if key is None:
+            key = self.key(text)
         self.open[query_id] = key
-        session = session_hash(session_id)
-        for tally in self._tallies(klass, time):
-            tally.searched(key, session, zero)
+        batch = self._arrivals.get(klass)
+        if batch is None or not batch.low <= time < batch.high:
+            batch = self._batch(self._arrivals, klass, time, True)
+        entry = batch.counts.get(key)
+        if entry is None:
+            # crc32: monitor.heavy.session_hash, inlined on the per-query path
+            batch.counts[key] = [1, 1 if zero else 0, {crc32(session_id.encode())}]
+            if len(batch.counts) >= BATCH_KEYS:
+                self._flush(batch, True)
+        else:
+            entry[0] += 1
+            if zero:
+                entry[1] += 1
+            if len(entry[2]) < self._min_sessions:
+                entry[2].add(crc32(session_id.encode()))
 
     def finished(
         self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
     ) -> None:
         """A query left its session's memory: whether it got a click is final."""
         key = self.open.pop(query_id, None)
-        if key is not None:
-            session = session_hash(session_id)
-            for tally in self._tallies(klass, time):
-                tally.finished(key, session, clicked)
+        if key is None:
+            return
+        batch = self._outcomes.get(klass)
+        if batch is None or not batch.low <= time < batch.high:
+            batch = self._batch(self._outcomes, klass, time, False)
+        entry = batch.counts.get(key)
+        if entry is None:
+            batch.counts[key] = [1, 1 if clicked else 0, {crc32(session_id.encode())}]
+            if len(batch.counts) >= BATCH_KEYS:
+                self._flush(batch, False)
+        else:
+            entry[0] += 1
+            if clicked:
+                entry[1] += 1
+            if len(entry[2]) < self._min_sessions:
+                entry[2].add(crc32(session_id.encode()))
 
-    def _tallies(self, klass: int, time: float) -> list[Tally]:
-        """The tally of ``klass`` in the bucket of ``time`` of each window that still keeps
-        it; the latest answer per class is reused while ``time`` stays in the same buckets."""
-        hot = self._hot.get(klass)
-        if hot is not None and hot[0] <= time < hot[1]:
-            return hot[2]
-        tallies = list(self._find(klass, time))
+    def _batch(self, batches: dict[int, _Batch], klass: int, time: float, arrivals: bool) -> (
+        _Batch
+    ):
+        """A new batch for ``klass`` at ``time``, the class's previous one flushed."""
+        old = batches.get(klass)
+        if old is not None:
+            self._flush(old, arrivals)
         low, high = float("-inf"), float("inf")
         for _, width in self._windows:
             index = time // width
             low, high = max(low, index * width), min(high, (index + 1) * width)
-        self._hot[klass] = (low, high, tallies)
-        return tallies
+        batch = batches[klass] = _Batch(low, high, list(self._find(klass, time)))
+        return batch
+
+    def _flush(self, batch: _Batch, arrivals: bool) -> None:
+        counts, batch.counts = batch.counts, {}
+        for tally in batch.tallies:
+            if arrivals:
+                searches, zero = tally.searches, tally.zero
+                for key, (n, zeros, sessions) in counts.items():
+                    searches.add_sessions(key, n, sessions)
+                    if zeros:
+                        zero.add_sessions(key, zeros, sessions)
+            else:
+                outcomes, clicked_of = tally.outcomes, tally.clicked
+                for key, (n, clicked, sessions) in counts.items():
+                    evicted = outcomes.add_sessions(key, n, sessions)
+                    if evicted is not None:
+                        clicked_of.pop(evicted, None)
+                    if clicked:
+                        clicked_of[key] = clicked_of.get(key, 0) + clicked
+
+    def flush(self) -> None:
+        """Every batch into the tallies (before they are read)."""
+        for batches, arrivals in ((self._arrivals, True), (self._outcomes, False)):
+            for batch in batches.values():
+                self._flush(batch, arrivals)
+            batches.clear()
 
     def _find(self, klass: int, time: float) -> Iterable[Tally]:
         for length, width in self._windows:
@@ -229,8 +290,7 @@ class QueryLists:
                 if first > self._first[length]:
                     self._first[length] = first
                     for old in [b for b in buckets if b < first]:
-                        del buckets[old]
-                    self._hot.clear()  # tallies of buckets gone may be cached
+                        del buckets[old]  # a batch still holding one adds to it in vain
             tally = bucket.get(klass)
             if tally is None:
                 tally = bucket[klass] = Tally(self._capacity, self._min_sessions)
@@ -238,6 +298,7 @@ class QueryLists:
 
     def window(self, length: float, classes: Sequence[int] | None) -> TallyState | None:
         """The merged tally of the window for ``classes`` (None: every class)."""
+        self.flush()
         states = [
             tally.snapshot() for bucket in self.buckets[length].values()
             for klass, tally in bucket.items() if classes is None or klass in classes
@@ -253,6 +314,7 @@ class QueryLists:
         return min(buckets) * width, (max(buckets) + 1) * width
 
     def snapshot(self) -> QueryListsState:
+        self.flush()
         return QueryListsState(
             settings_digest(self.config),
             [
@@ -290,7 +352,8 @@ class QueryLists:
             if kept:
                 self._first[length] = max(kept) - BUCKETS
         self.buckets = buckets
-        self._hot.clear()
+        self._arrivals.clear()
+        self._outcomes.clear()
         self.open = dict(zip(state.open_ids, state.open_keys, strict=True))
         return True
 

@@ -201,6 +201,7 @@ def window_states(
     spans = []
     for pipeline in pipelines:
         assert pipeline.lists is not None, "the lists are enabled"
+        pipeline.lists.flush()
         span = pipeline.lists.span(length)
         if span is not None:
             spans.append(span)

@@ -367,6 +367,7 @@ def test_memory_stays_within_the_configured_bound_over_a_million_distinct_querie
             text = f"distinct query {letters(i)}"  # digits would be redacted into one query
             lists.searched(0, time, f"q{i}", text, f"s{i % 50_000}", i % 2 == 0)
             lists.finished(f"q{i}", 0, time, f"s{i % 50_000}", i % 3 == 0)
+        lists.flush()
         lists._keys.clear()  # the text memo is a bounded cache, not the lists
         assert not lists.open
         return lists, deep_size(lists)
