@@ -234,7 +234,7 @@ class HeavyQueries:
     Per kept query a set of at most ``min_sessions`` hashed session ids is kept, started when
     the query is admitted and dropped when it is evicted. ``distinct(query)`` is therefore a
     lower bound: at most ``min(true distinct sessions, min_sessions)``; sessions before the
-    query's admission are not counted, and a 64-bit hash collision can only merge two
+    query's admission are not counted, and a hash collision (CRC-32) can only merge two
     sessions into one. A query it certifies was issued by at least ``min_sessions`` sessions.
     Memory: ``capacity`` counters and at most ``capacity * min_sessions`` ints.
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -362,6 +362,9 @@ class Judged:
     """All-time sums and counts of sample scores per (class or OVERALL, measure)."""
     judged_queries: dict[int, int] = field(default_factory=dict)
     """All-time number of scored sample queries per class or OVERALL."""
+    show: Callable[[str], str] | None = None
+    """How a judged query's text is kept for the worsened queries (redacted); None: they are
+    not kept (the query lists are disabled). Set by the pipeline."""
     worsened: Worsened | None = None
     drift: dict[float, dict[str, tuple[int, dict[int, list[float]]]]] = field(
         default_factory=dict
@@ -570,19 +573,26 @@ class Judged:
                 del keys[key]
 
     def _drift(self, pending: Pending, row: Sequence[float]) -> None:
+        show = self.show
+        if show is None:
+            return
         measures = len(row)
         for length, keys in self.drift.items():
             index = int(pending.time // (length / 2))
             if math.isfinite(self.clock) and index < int(self.clock // (length / 2)) - 3:
                 continue  # older than the two windows compared
-            entry = keys.get(pending.key)
+            shown = show(pending.key)
+            entry = keys.get(shown)
             if entry is None or entry[0] != pending.klass:
-                entry = keys[pending.key] = (pending.klass, {})
+                entry = keys[shown] = (pending.klass, {})
             buckets = entry[1]
+            newest = max(index, max(buckets, default=index))
+            if index < newest - 3:
+                continue  # older than this query's two windows
             cell = buckets.get(index)
             if cell is None:
                 cell = buckets[index] = [0.0] * (2 * measures)
-                for old in [b for b in buckets if b < index - 3]:
+                for old in [b for b in buckets if b < newest - 3]:
                     del buckets[old]
             for m, value in enumerate(row):
                 if not math.isnan(value):
@@ -595,6 +605,7 @@ class Judged:
         ``length`` before it: per (class or OVERALL, measure), at most ``WORSENED_ROWS``
         (key, mean before, mean now), largest drop first."""
         measures = len(self.specs)
+        self._flush()  # the live queries waiting to be scored count too
         if math.isinf(self.clock):
             return {}
         now = int(self.clock // (length / 2))
@@ -668,11 +679,12 @@ class Judged:
             if p_value >= config.max_p_value / (len(testable) - rank):
                 break
             significant.add(key)
-        self.worsened = Worsened(sample.sample_id, baseline.sample_id, {
-            (klass, m): _dropped(
+        show = self.show
+        self.worsened = None if show is None else Worsened(sample.sample_id, baseline.sample_id, {
+            (klass, m): [(show(key), before, after) for key, before, after in _dropped(
                 [k for k in shared if klass == OVERALL or sample.scores[k][0] == klass],
                 sample, baseline, m,
-            )
+            )]
             for klass, m in results
         })
         for key, comparison in results.items():
@@ -809,7 +821,7 @@ class Judged:
             klass_ok(klass)
         self.judged_queries = dict(zip(state.judged_classes, state.judged_counts, strict=True))
         self.worsened = None
-        if state.worsened is not None:
+        if state.worsened is not None and self.show is not None:
             cells = {}
             for cell in state.worsened.cells:
                 klass_ok(cell.klass)
@@ -828,7 +840,7 @@ class Judged:
         for length in self.drift:
             found = drift.get(length)
             keys: dict[str, tuple[int, dict[int, list[float]]]] = {}
-            if found is not None:
+            if found is not None and self.show is not None:
                 same_lengths("live drift", found.keys, found.klass, found.buckets, found.sums)
                 for text, klass, buckets, sums in zip(
                     found.keys, found.klass, found.buckets, found.sums, strict=True

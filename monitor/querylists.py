@@ -44,6 +44,8 @@ from monitor.snapshots import Float, Int, require, same_lengths
 
 BUCKETS = 4
 """Time buckets per window."""
+MAX_KEY = 200
+"""Characters of a query kept (normalised, redacted): a longer one is cut there."""
 LISTS = ("searches", "zero_results", "no_clicks", "low_ctr")
 BUILT_IN = {"email": EMAIL, "digits": DIGITS}
 
@@ -148,7 +150,8 @@ class _Batch:
     window, added to those buckets' tallies at once: one weighted Space-Saving update per
     distinct query instead of one per search (the summaries' guarantees hold for weighted
     updates). ``counts``: key -> [searches, zero-result searches or clicked ones, hashed
-    sessions (at most ``min_sessions``)]."""
+    sessions (at most ``min_sessions``), and for arrivals the hashed sessions of the
+    zero-result searches]."""
 
     __slots__ = ("counts", "high", "low", "tallies")
 
@@ -184,13 +187,18 @@ class QueryLists:
         """A bounded memo of text -> key (normalising and redacting costs a few us)."""
 
     def key(self, text: str) -> str:
+        """``text`` as the lists keep it: normalised, redacted, at most ``MAX_KEY`` chars."""
         key = self._keys.get(text)
         if key is None:
-            key = redact(normalise(text), self._redactions)
+            key = redact(normalise(text), self._redactions)[:MAX_KEY]
             if len(self._keys) >= 65536:
                 self._keys.clear()
             self._keys[text] = key
         return key
+
+    def shown(self, key: str) -> str:
+        """A judged query's key (normalised) as the worsened queries keep it: redacted."""
+        return redact(key, self._redactions)[:MAX_KEY]
 
     def searched(
         self, klass: int, time: float, query_id: str, text: str, session_id: str, zero: bool
@@ -206,15 +214,18 @@ class QueryLists:
         entry = batch.counts.get(key)
         if entry is None:
             # crc32: monitor.heavy.session_hash, inlined on the per-query path
-            batch.counts[key] = [1, 1 if zero else 0, {crc32(session_id.encode())}]
+            session = crc32(session_id.encode())
+            batch.counts[key] = [1, 1 if zero else 0, {session}, {session} if zero else set()]
             if len(batch.counts) >= BATCH_KEYS:
                 self._flush(batch, True)
         else:
             entry[0] += 1
-            if zero:
-                entry[1] += 1
             if len(entry[2]) < self._min_sessions:
                 entry[2].add(crc32(session_id.encode()))
+            if zero:  # the sessions that found nothing, for the zero-result summary
+                entry[1] += 1
+                if len(entry[3]) < self._min_sessions:
+                    entry[3].add(crc32(session_id.encode()))
 
     def finished(
         self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
@@ -257,10 +268,10 @@ class QueryLists:
         for tally in batch.tallies:
             if arrivals:
                 searches, zero = tally.searches, tally.zero
-                for key, (n, zeros, sessions) in counts.items():
+                for key, (n, zeros, sessions, zero_sessions) in counts.items():
                     searches.add_sessions(key, n, sessions)
                     if zeros:
-                        zero.add_sessions(key, zeros, sessions)
+                        zero.add_sessions(key, zeros, zero_sessions)
             else:
                 outcomes, clicked_of = tally.outcomes, tally.clicked
                 for key, (n, clicked, sessions) in counts.items():
@@ -382,50 +393,149 @@ def merge_tallies(
     )
 
 
-def lists(state: TallyState, config: QueryListsConfig) -> dict[str, list[dict[str, Any]]]:
-    """The published rows of a window's tally, ``top`` per list. A query is shown when
-    ``min_sessions`` distinct sessions issued it in the window, as the list's own summary or
-    the searches summary knows (each a lower bound). ``count`` is an upper bound and
-    ``error`` its largest overestimate: the true figure lies in ``[count - error, count]``."""
-    k, top = config.min_sessions, config.top
+@dataclass(frozen=True)
+class PublicSummary:
+    """A summary with only the queries that may be shown, and no session ids: the true count
+    of a query lies in ``[count - error, count]``; one not listed (dropped as not anonymous,
+    or never kept) occurred at most ``unseen`` times."""
 
-    def rows(part: HeavyQueriesState) -> list[tuple[str, int, int, bool]]:
-        """(key, count, error, anonymous) by count descending (a snapshot's order)."""
+    keys: list[str]
+    counts: list[Int]
+    errors: list[Int]
+    unseen: Int
+
+
+@dataclass(frozen=True)
+class PublicTally:
+    """A window's tally as it may leave the process (``/queries/state``): what the lists
+    show, and what merges with other replicas'."""
+
+    searches: PublicSummary
+    zero: PublicSummary
+    outcomes: PublicSummary
+    clicked: list[Int]
+    """Per key of ``outcomes``: the searches counted there that got a click."""
+
+
+def public(state: TallyState, capacity: int, min_sessions: int) -> PublicTally:
+    """``state`` without the queries fewer than ``min_sessions`` distinct sessions issued (as
+    the list's own summary or the searches summary knows) and without session ids."""
+    anonymous = {
+        key for key, hashed in zip(state.searches.counts.keys, state.searches.sessions,
+                                   strict=True)
+        if len(hashed) >= min_sessions
+    }
+
+    def shown(part: HeavyQueriesState, kept: list[int] | None = None) -> PublicSummary:
         c = part.counts
-        return [
-            (key, count, error, len(hashed) >= k)
-            for key, count, error, hashed in zip(c.keys, c.counts, c.errors, part.sessions,
-                                                 strict=True)
-        ]
+        unseen = min(c.counts) if len(c.keys) >= capacity else 0
+        keys, counts, errors = [], [], []
+        for i, (key, count, error, hashed) in enumerate(zip(
+            c.keys, c.counts, c.errors, part.sessions, strict=True
+        )):
+            if len(hashed) >= min_sessions or key in anonymous:
+                keys.append(key)
+                counts.append(count)
+                errors.append(error)
+                if kept is not None:
+                    kept.append(i)
+            else:
+                unseen = max(unseen, count)
+        return PublicSummary(keys, counts, errors, unseen)
 
-    searches = rows(state.searches)
-    anonymous = {key for key, _, _, ok in searches if ok}
-    volume = [{"query": key, "count": count, "error": error}
-              for key, count, error, ok in searches if ok][:top]
-    zero_rows = [{"query": key, "count": count, "error": error}
-                 for key, count, error, ok in rows(state.zero) if ok or key in anonymous][:top]
-    clicked_of = dict(zip(state.outcomes.counts.keys, state.clicked, strict=True))
+    kept: list[int] = []
+    outcomes = shown(state.outcomes, kept)
+    return PublicTally(
+        shown(state.searches), shown(state.zero), outcomes, [state.clicked[i] for i in kept]
+    )
+
+
+def check_public(tally: PublicTally, capacity: int) -> None:
+    """``StateError`` unless ``tally`` could be a public tally of ``capacity`` counters (it is
+    read back from the network)."""
+    for part in (tally.searches, tally.zero, tally.outcomes):
+        size = same_lengths("public summary", part.keys, part.counts, part.errors)
+        require(size <= capacity and len(set(part.keys)) == size,
+                "public summary: more keys than the capacity, or a key twice")
+        require(all(c >= 1 and c >= e >= 0 for c, e in zip(part.counts, part.errors,
+                                                          strict=True)) and part.unseen >= 0,
+                "public summary: not every count >= 1 and count >= error >= 0")
+    same_lengths("public summary: clicks", tally.outcomes.keys, tally.clicked)
+    require(all(0 <= n <= c - e for n, c, e in zip(
+        tally.clicked, tally.outcomes.counts, tally.outcomes.errors, strict=True
+    )), "public summary: more clicked searches than searches")
+
+
+def merge_public(tallies: Sequence[PublicTally], capacity: int) -> PublicTally:
+    """One public tally of the streams of ``tallies`` (other replicas' partitions): a query's
+    count (error) adds its count (error) where listed and the summary's ``unseen`` where not;
+    the ``capacity`` largest stay; what is not listed occurred at most the sum of the unseen
+    bounds, or the smallest count kept once full."""
+
+    def merged(parts: list[PublicSummary]) -> PublicSummary:
+        base = sum(p.unseen for p in parts)
+        counts: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        for part in parts:
+            for key, count, error in zip(part.keys, part.counts, part.errors, strict=True):
+                counts[key] = counts.get(key, base) + count - part.unseen
+                errors[key] = errors.get(key, base) + error - part.unseen
+        ranked = sorted(counts, key=lambda k: (-counts[k], k))
+        kept, dropped = ranked[:capacity], ranked[capacity:]
+        unseen = max([base, *(counts[k] for k in dropped)])
+        return PublicSummary(kept, [counts[k] for k in kept], [errors[k] for k in kept], unseen)
+
+    outcomes = merged([t.outcomes for t in tallies])
+    clicked: dict[str, int] = {}
+    for tally in tallies:
+        for key, n in zip(tally.outcomes.keys, tally.clicked, strict=True):
+            clicked[key] = clicked.get(key, 0) + n
+    return PublicTally(
+        merged([t.searches for t in tallies]), merged([t.zero for t in tallies]), outcomes,
+        [min(clicked.get(k, 0), c - e)
+         for k, c, e in zip(outcomes.keys, outcomes.counts, outcomes.errors, strict=True)],
+    )
+
+
+def lists(
+    tally: PublicTally, top: int, min_searches: int
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows of a window's public tally, ``top`` per list. ``count`` is an upper bound
+    and ``error`` its largest overestimate: the true figure lies in ``[count - error,
+    count]``. ``low_ctr`` rows count the searches since the summary kept the query (``error``:
+    how many before it may have been missed)."""
+
+    def rows(part: PublicSummary) -> list[dict[str, Any]]:
+        return [{"query": key, "count": count, "error": error}
+                for key, count, error in zip(part.keys, part.counts, part.errors, strict=True)]
+
     finished = [
-        (key, count - error, error, clicked_of.get(key, 0))
-        for key, count, error, ok in rows(state.outcomes) if ok or key in anonymous
+        (key, count - error, error, clicked)
+        for key, count, error, clicked in zip(
+            tally.outcomes.keys, tally.outcomes.counts, tally.outcomes.errors, tally.clicked,
+            strict=True,
+        )
     ]
     ranked = sorted(
         ((searched - clicked + error, key, error) for key, searched, error, clicked in finished
          if searched > clicked),
         key=lambda row: (-row[0], row[1]),
     )
-    no_clicks = [{"query": key, "count": count, "error": error}
-                 for count, key, error in ranked[:top]]
     lowest = sorted(
-        (clicked / searched, -searched, key, clicked)
-        for key, searched, _, clicked in finished if searched >= config.min_searches
+        (clicked / searched, -searched, key, clicked, error)
+        for key, searched, error, clicked in finished if searched >= min_searches
     )
-    low_ctr = [
-        {"query": key, "searches": -negative, "clicked": clicked, "ctr": ctr}
-        for ctr, negative, key, clicked in lowest[:top]
-    ]
-    return {"searches": volume, "zero_results": zero_rows, "no_clicks": no_clicks,
-            "low_ctr": low_ctr}
+    return {
+        "searches": rows(tally.searches)[:top],
+        "zero_results": rows(tally.zero)[:top],
+        "no_clicks": [{"query": key, "count": count, "error": error}
+                      for count, key, error in ranked[:top]],
+        "low_ctr": [
+            {"query": key, "searches": -negative, "clicked": clicked, "ctr": ctr,
+             "error": error}
+            for ctr, negative, key, clicked, error in lowest[:top]
+        ],
+    }
 
 
 def memory_bound(config: QueryListsConfig) -> int:

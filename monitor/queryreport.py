@@ -24,17 +24,20 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from monitor.classes import ALL
-from monitor.config import Config, QueryListsConfig, parse_duration
-from monitor.heavy import redact
+from monitor.config import Config, parse_duration
 from monitor.judged import OVERALL, Judged
 from monitor.pipeline import Pipeline
 from monitor.querylists import (
+    BUCKETS,
     LISTS,
+    PublicTally,
     Tally,
     TallyState,
+    check_public,
     lists,
+    merge_public,
     merge_tallies,
-    redactions,
+    public,
     window_name,
 )
 from monitor.snapshots import Float, Int, require, same_lengths
@@ -63,18 +66,20 @@ class WorsenedEntry:
 
 @dataclass(frozen=True)
 class WindowTallies:
-    """One window: the event time its buckets cover and the merged tally of each class."""
+    """One window: the event time its buckets cover and the public tally of ``all`` and of
+    each class (only queries that may be shown, no session ids)."""
 
     window: Float
     start: Float
     end: Float
     classes: list[str]
-    tallies: list[TallyState]
+    tallies: list[PublicTally]
 
 
 @dataclass(frozen=True)
 class QueryState:
-    """What one replica (or replay) knows of the query lists, as data that merges."""
+    """What one replica (or replay) shows of the query lists, as data that merges with other
+    replicas' (``/queries/state``)."""
 
     enabled: bool
     capacity: Int
@@ -99,14 +104,19 @@ def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config:
     newest = max((p.sessions.newest for p in pipelines), default=float("-inf"))
     windows = []
     if settings.enabled:
+        capacity, k = settings.capacity, settings.min_sessions
         for length in settings.windows:
             merged, span = window_states(pipelines, length, config)
-            if span is not None:
-                windows.append(WindowTallies(length, span[0], min(span[1], newest),
-                                             list(merged), list(merged.values())))
+            overall = merge_tallies(list(merged.values()), capacity, k)
+            if span is not None and overall is not None:
+                classes = [(ALL, overall), *merged.items()]
+                windows.append(WindowTallies(
+                    length, span[0], min(span[1], newest), [name for name, _ in classes],
+                    [public(tally, capacity, k) for _, tally in classes],
+                ))
     worsened = []
     if settings.enabled and offline is not None and offline.judged.active:
-        worsened = _worsened(offline.judged, offline.classes.names, config)
+        worsened = _worsened(offline.judged, offline.classes.names)
     return QueryState(
         settings.enabled, settings.capacity, settings.min_sessions, settings.top,
         settings.min_searches, newest if newest > float("-inf") else None, windows, worsened,
@@ -120,12 +130,7 @@ def query_report(pipelines: Sequence[Pipeline], offline: Pipeline | None, config
 
 
 def report_of(state: QueryState) -> Report:
-    """The published lists of ``state``: per window, each class and ``all`` (the merge of
-    the classes)."""
-    settings = QueryListsConfig(
-        enabled=state.enabled, capacity=state.capacity, min_sessions=state.min_sessions,
-        top=state.top, min_searches=state.min_searches,
-    )
+    """The published lists of ``state``: per window, ``all`` and each class."""
     report: Report = {
         "enabled": state.enabled, "min_sessions": state.min_sessions,
         "capacity": state.capacity, "lists": [], "worsened": [],
@@ -134,12 +139,8 @@ def report_of(state: QueryState) -> Report:
         return report
     report["as_of"] = _utc(state.newest) if state.newest is not None else None
     for window in state.windows:
-        merged = dict(zip(window.classes, window.tallies, strict=True))
-        overall = merge_tallies(list(merged.values()), state.capacity, state.min_sessions)
-        for name, tally in [(ALL, overall), *merged.items()]:
-            if tally is None:
-                continue
-            for list_name, rows in lists(tally, settings).items():
+        for name, tally in zip(window.classes, window.tallies, strict=True):
+            for list_name, rows in lists(tally, state.top, state.min_searches).items():
                 report["lists"].append({
                     "list": list_name, "window": window_name(window.window),
                     "query_class": name, "from": _utc(window.start), "to": _utc(window.end),
@@ -160,9 +161,11 @@ def report_of(state: QueryState) -> Report:
 
 
 def merge_replicas(states: Sequence[QueryState]) -> QueryState:
-    """The lists of several replicas (each owning other partitions) as one: summaries merge
-    per window and class; the worsened queries are those of the replica holding the offline
-    state. Raises ``StateError`` when the replicas' settings differ or a state is malformed."""
+    """The lists of several replicas (each owning other partitions) as one: public tallies
+    merge per window and class (``all`` too); the worsened queries are those of the replica
+    holding the offline state. Raises ``StateError`` when the replicas' settings differ or a
+    state is malformed. A query only some replica could show stays unshown where no replica
+    could: k-anonymity is decided per replica."""
     first = states[0]
     for state in states:
         require((state.enabled, state.capacity, state.min_sessions) == (
@@ -171,20 +174,19 @@ def merge_replicas(states: Sequence[QueryState]) -> QueryState:
         for window in state.windows:
             same_lengths("query lists: a window", window.classes, window.tallies)
             for tally in window.tallies:  # read back from the network: checked whole
-                Tally.restore(tally, state.capacity, state.min_sessions)
+                check_public(tally, state.capacity)
     newest = [s.newest for s in states if s.newest is not None]
     windows = []
     for length in sorted({w.window for s in states for w in s.windows}):
         parts = [w for s in states for w in s.windows if w.window == length]
-        by_class: dict[str, list[TallyState]] = {}
+        by_class: dict[str, list[PublicTally]] = {}
         for part in parts:
             for name, tally in zip(part.classes, part.tallies, strict=True):
                 by_class.setdefault(name, []).append(tally)
-        merged = {name: merge_tallies(tallies, first.capacity, first.min_sessions)
-                  for name, tallies in sorted(by_class.items())}
+        names = sorted(by_class, key=lambda name: (name != ALL, name))
         windows.append(WindowTallies(
-            length, min(p.start for p in parts), max(p.end for p in parts), list(merged),
-            [t for t in merged.values() if t is not None],
+            length, min(p.start for p in parts), max(p.end for p in parts), names,
+            [merge_public(by_class[name], first.capacity) for name in names],
         ))
     worsened = next((s.worsened for s in states if s.worsened), [])
     return QueryState(first.enabled, first.capacity, first.min_sessions, first.top,
@@ -197,30 +199,32 @@ def window_states(
     """One window of ``pipelines``: the merged tally per class name, and the event time the
     window covers (None: nothing in it)."""
     capacity, min_sessions = config.query_lists.capacity, config.query_lists.min_sessions
-    by_class: dict[str, list[TallyState]] = {}
-    spans = []
+    kept: list[tuple[int, str, Tally]] = []
     for pipeline in pipelines:
         assert pipeline.lists is not None, "the lists are enabled"
         pipeline.lists.flush()
-        span = pipeline.lists.span(length)
-        if span is not None:
-            spans.append(span)
         names = pipeline.classes.names
-        for bucket in pipeline.lists.buckets[length].values():
-            for klass, tally in bucket.items():
-                by_class.setdefault(names[klass], []).append(tally.snapshot())
+        for index, bucket in pipeline.lists.buckets[length].items():
+            kept += [(index, names[klass], tally) for klass, tally in bucket.items()]
+    if not kept:
+        return {}, None
+    # one cutoff for every partition: a quiet one's old buckets are not in the window
+    newest = max(index for index, _, _ in kept)
+    kept = [entry for entry in kept if entry[0] >= newest - BUCKETS]
+    by_class: dict[str, list[TallyState]] = {}
+    for _, name, tally in kept:
+        by_class.setdefault(name, []).append(tally.snapshot())
     merged = {}
     for name, states in sorted(by_class.items()):
         state = merge_tallies(states, capacity, min_sessions)
         if state is not None:
             merged[name] = state
-    if not spans:
-        return merged, None
-    return merged, (min(a for a, _ in spans), max(b for _, b in spans))
+    width = length / BUCKETS
+    return merged, (min(index for index, _, _ in kept) * width, (newest + 1) * width)
 
 
-def _worsened(judged: Judged, names: Sequence[str], config: Config) -> list[WorsenedEntry]:
-    kept = redactions(config.query_lists)
+def _worsened(judged: Judged, names: Sequence[str]) -> list[WorsenedEntry]:
+    """The worsened queries the offline state kept (already redacted)."""
     measures = [str(spec) for spec in judged.specs]
 
     def entries(
@@ -231,8 +235,7 @@ def _worsened(judged: Judged, names: Sequence[str], config: Config) -> list[Wors
             WorsenedEntry(
                 source, window, sample_id, baseline_id,
                 ALL if klass == OVERALL else names[klass], measures[m],
-                [WorsenedRow(redact(key, kept), before, after, after - before)
-                 for key, before, after in rows],
+                [WorsenedRow(key, before, after, after - before) for key, before, after in rows],
             )
             for (klass, m), rows in sorted(cells.items(), key=lambda c: (c[0][0] != OVERALL,
                                                                         c[0]))

@@ -18,8 +18,9 @@ from monitor.config import Config, parse_config
 from monitor.export import export
 from monitor.generate import Regression, Traffic, World, events
 from monitor.heavy import SpaceSaving
+from monitor.judged import Judged
 from monitor.pipeline import Pipeline
-from monitor.querylists import QueryLists, memory_bound, merge_tallies
+from monitor.querylists import BUCKETS, QueryLists, memory_bound, merge_tallies
 from monitor.queryreport import (
     STATE,
     FilterError,
@@ -143,9 +144,10 @@ def test_no_click_and_lowest_ctr_lists_equal_a_hand_count() -> None:
         {"query": "shoes", "count": 1, "error": 0},
     ]
     assert entry(report, "low_ctr") == [
-        {"query": "boots", "searches": 3, "clicked": 0, "ctr": 0.0},
-        {"query": "shoes", "searches": 3, "clicked": 2, "ctr": pytest.approx(2 / 3)},
-        {"query": "hats", "searches": 2, "clicked": 2, "ctr": 1.0},
+        {"query": "boots", "searches": 3, "clicked": 0, "ctr": 0.0, "error": 0},
+        {"query": "shoes", "searches": 3, "clicked": 2, "ctr": pytest.approx(2 / 3),
+         "error": 0},
+        {"query": "hats", "searches": 2, "clicked": 2, "ctr": 1.0, "error": 0},
     ]
     assert entry(report, "searches") == [
         {"query": "boots", "count": 3, "error": 0},
@@ -171,6 +173,30 @@ def test_a_query_is_shown_only_once_min_sessions_distinct_sessions_issued_it() -
     for list_name in ("searches", "zero_results", "no_clicks"):
         assert [r["query"] for r in entry(report, list_name)] == ["popular"], list_name
     assert "secret" not in json.dumps(report)
+    # what leaves for other replicas holds neither the query nor session ids
+    shared = STATE.dump_json(query_state([pipeline], pipeline, config))
+    assert b"secret" not in shared and b"popular" in shared and b'"sessions"' not in shared
+    merged = report_of(merge_replicas([STATE.validate_json(shared)] * 2))
+    assert [r["query"] for r in entry(merged, "searches")] == ["popular"]
+    assert entry(merged, "searches")[0]["count"] == 6
+
+
+def test_zero_result_sessions_are_counted_apart_and_the_state_restores() -> None:
+    """A query that found nothing for one session and something for another: its
+    zero-result summary holds only the first session."""
+    config = parse_config('[query_lists]\nmin_sessions = 2\nwindows = ["1h"]\n')
+    pipeline = fed(config, query("e0", 0, "s0", "q0", text="shoes", results=0),
+                   query("e1", 1, "s1", "q1", text="shoes", results=10),
+                   query("e2", 2, "s2", "q2", text="shoes", results=0), close=False)
+    state = codec.encode("unit", UnitState(
+        "t", 0, 0, 1.0, None, codec.fingerprint(config), pipeline.snapshot()
+    ))
+    restored = Pipeline.restore(config, codec.decode_unit(state, "test").pipeline)
+    assert restored.lists is not None
+    (tally,) = restored.lists.buckets[HOUR][int(T0 // (HOUR / BUCKETS))].values()
+    assert tally.zero.distinct("shoes") == 2 and tally.searches.distinct("shoes") == 2
+    report = query_report([restored], restored, config)
+    assert entry(report, "zero_results") == [{"query": "shoes", "count": 2, "error": 0}]
 
 
 def test_redaction_happens_before_anything_is_kept() -> None:
@@ -289,6 +315,26 @@ def test_worsened_live_queries_compare_the_last_window_with_the_one_before() -> 
     assert [(r["query"], r["before"], r["after"]) for r in live[0]["rows"]] == [
         ("cheap flights", 1.0, pytest.approx(5 / 12)),
     ]
+
+
+def test_live_drift_keeps_at_most_two_windows_whatever_the_order_of_arrival() -> None:
+    """Live queries forwarded out of order (a partition lagging another) keep at most the
+    four half-window buckets of the two windows compared, and the state restores."""
+    config = Config().offline
+    judged = Judged(config)
+    judged.show = str
+    judged.active = True
+    judged.store_qrels("shoes", {"d0": 1})
+    half = 1800.0
+    judged.advance(12 * half + 1)
+    for bucket in (13, 9, 10, 11, 12):
+        judged.live_query(bucket * half + 5, 0, "shoes", ["d0"])
+    judged.close()
+    assert sorted(judged.drift[HOUR]["shoes"][1]) == [10, 11, 12, 13]
+    again = Judged(config)
+    again.show = str
+    again.restore(judged.snapshot(), 1)
+    assert again.drift == judged.drift
 
 
 # --- state: checkpoint round trip, settings, filters ---------------------------------------

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,6 +164,9 @@ def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
         assert str(2 * row["count"]) in lines[row["query"]], (row, lines.get(row["query"]))
     state = json.loads(get(served + "/queries/state")[1])
     assert state["capacity"] == 1000 and state["windows"]
+    assert all("sessions" not in part for window in state["windows"]
+               for tally in window["tallies"] for part in tally.values()
+               if isinstance(part, dict)), "no session ids leave the process"
 
 
 def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
@@ -171,16 +175,16 @@ def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
     import http.server
     import threading
 
+    def summary(keys: list[str], counts: list[int], errors: list[int]) -> dict[str, Any]:
+        return {"keys": keys, "counts": counts, "errors": errors, "unseen": 0}
+
     broken = {
         "enabled": True, "capacity": 10, "min_sessions": 1, "top": 5, "min_searches": 1,
         "newest": 1.0, "worsened": [],
-        "windows": [{"window": 3600.0, "start": 0.0, "end": 1.0, "classes": ["x"], "tallies": [{
-            "searches": {"counts": {"keys": ["a"], "counts": [1], "errors": [5]},
-                         "sessions": [[1]]},
-            "zero": {"counts": {"keys": [], "counts": [], "errors": []}, "sessions": []},
-            "outcomes": {"counts": {"keys": [], "counts": [], "errors": []}, "sessions": []},
-            "clicked": [],
-        }]}],
+        "windows": [{"window": 3600.0, "start": 0.0, "end": 1.0, "classes": ["all"],
+                     "tallies": [{"searches": summary(["a"], [1], [5]),
+                                  "zero": summary([], [], []),
+                                  "outcomes": summary([], [], []), "clicked": []}]}],
     }
 
     class Handler(http.server.BaseHTTPRequestHandler):
