@@ -576,28 +576,29 @@ class Judged:
         show = self.show
         if show is None:
             return
-        measures = len(row)
+        shown = show(pending.key)
+        klass, time, clock = pending.klass, pending.time, self.clock
+        # what one scored query adds to its bucket: its scores, then 1 per scored measure
+        addend = [v if v == v else 0.0 for v in row] + [1.0 if v == v else 0.0 for v in row]
         for length, keys in self.drift.items():
-            index = int(pending.time // (length / 2))
-            if math.isfinite(self.clock) and index < int(self.clock // (length / 2)) - 3:
-                continue  # older than the two windows compared
-            shown = show(pending.key)
+            half = length / 2
+            index = int(time // half)
             entry = keys.get(shown)
-            if entry is None or entry[0] != pending.klass:
-                entry = keys[shown] = (pending.klass, {})
+            if entry is None or entry[0] != klass:
+                entry = keys[shown] = (klass, {})
             buckets = entry[1]
-            newest = max(index, max(buckets, default=index))
-            if index < newest - 3:
-                continue  # older than this query's two windows
             cell = buckets.get(index)
             if cell is None:
-                cell = buckets[index] = [0.0] * (2 * measures)
+                newest = max(index, *buckets) if buckets else index
+                if index < newest - 3 or (clock > -math.inf and index < clock // half - 3):
+                    if not buckets:
+                        del keys[shown]
+                    continue  # older than the two windows compared
+                buckets[index] = addend[:]
                 for old in [b for b in buckets if b < newest - 3]:
                     del buckets[old]
-            for m, value in enumerate(row):
-                if not math.isnan(value):
-                    cell[m] += value
-                    cell[measures + m] += 1.0
+            else:
+                buckets[index] = [a + b for a, b in zip(cell, addend, strict=True)]
 
     def drifted(self, length: float) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
         """Live-joined queries whose mean score over the last ``length`` of event time (the

@@ -184,6 +184,7 @@ class QueryLists:
         self._arrivals: dict[int, _Batch] = {}
         self._outcomes: dict[int, _Batch] = {}
         self._keys: dict[str, str] = {}
+        self._shown: dict[str, str] = {}
         """A bounded memo of text -> key (normalising and redacting costs a few us)."""
 
     def key(self, text: str) -> str:
@@ -198,7 +199,13 @@ class QueryLists:
 
     def shown(self, key: str) -> str:
         """A judged query's key (normalised) as the worsened queries keep it: redacted."""
-        return redact(key, self._redactions)[:MAX_KEY]
+        shown = self._shown.get(key)
+        if shown is None:
+            shown = redact(key, self._redactions)[:MAX_KEY]
+            if len(self._shown) >= 65536:
+                self._shown.clear()
+            self._shown[key] = shown
+        return shown
 
     def searched(
         self, klass: int, time: float, query_id: str, text: str, session_id: str, zero: bool
