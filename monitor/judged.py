@@ -375,6 +375,8 @@ class Judged:
 
     def __post_init__(self) -> None:
         self._memo: dict[tuple[str, tuple[str, ...]], tuple[dict[str, int], FloatArray]] = {}
+        self._drift_first: dict[float, int] = {}
+        """Per window: the oldest drift bucket kept at the last eviction (a cache)."""
         self.specs = [parse_measure(name) for name in self.config.measures]
         for source in SOURCES:
             for length in self.config.windows:
@@ -569,6 +571,9 @@ class Judged:
             return
         for length, keys in self.drift.items():
             first = int(self.clock // (length / 2)) - 3
+            if self._drift_first.get(length) == first:
+                continue  # the clock stayed in the same half-window: nothing more to evict
+            self._drift_first[length] = first
             for key in [k for k, (_, buckets) in keys.items() if max(buckets) < first]:
                 del keys[key]
 
