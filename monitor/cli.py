@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from monitor.offline.evaluate import evaluate
 from monitor.offline.report import (
@@ -400,35 +400,38 @@ def _top(args: argparse.Namespace) -> int:
         except ValueError:
             raise UsageError(f"{url}: not a searchmon endpoint (its /queries is not JSON)"
                              ) from None
-    elif args.url is not None:  # replicas: their summaries merge as the partitions' did
-        try:
-            merged = merge_replicas([
-                STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
-            ])
-        except (ValidationError, StateError) as error:
-            raise UsageError(f"cannot merge the replicas' query lists: {error}") from None
-        try:
-            report = select(report_of(merged), filters["class"], filters["window"],
-                            filters["list"])
-        except FilterError as error:
-            raise UsageError(str(error)) from None
     else:
+        if args.url is not None:  # replicas: their summaries merge as the partitions' did
+            try:
+                unfiltered = report_of(merge_replicas([
+                    STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
+                ]))
+            except (ValidationError, StateError) as error:
+                raise UsageError(f"cannot merge the replicas' query lists: {error}") from None
+        else:
+            unfiltered = _replay_queries(args.report)
         try:
-            text = sys.stdin.read() if str(args.report) == "-" else args.report.read_text()
-            document = json.loads(text)
-        except OSError as error:
-            raise UsageError(f"cannot read {args.report}: {error.strerror}") from None
-        except ValueError as error:
-            raise UsageError(f"{args.report}: not JSON ({error})") from None
-        if not isinstance(document, dict) or not isinstance(document.get("queries"), dict):
-            raise UsageError(f"{args.report}: not a replay --report json output (no queries)")
-        try:
-            report = select(document["queries"], filters["class"], filters["window"],
-                            filters["list"])
+            report = select(unfiltered, filters["class"], filters["window"], filters["list"])
         except FilterError as error:
             raise UsageError(str(error)) from None
     sys.stdout.write(format_lists(report, max(args.rows, 1)))
     return EXIT_OK
+
+
+def _replay_queries(path: Path) -> dict[str, Any]:
+    """The ``queries`` of a ``replay --report json`` output (``-``: standard input)."""
+    import json
+
+    try:
+        document = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise UsageError(f"{path}: not JSON ({error})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("queries"), dict):
+        raise UsageError(f"{path}: not a replay --report json output (no queries)")
+    queries: dict[str, Any] = document["queries"]
+    return queries
 
 
 def _fetch(base: str, path: str) -> bytes:

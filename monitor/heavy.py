@@ -249,7 +249,7 @@ class HeavyQueries:
         self._sessions: dict[str, set[int]] = {}
 
     def add(self, query: str, session: str, weight: int = 1) -> None:
-        self.add_hashed(query, session_hash(session), weight)
+        self.add_sessions(query, weight, (session_hash(session),))
 
     def add_sessions(self, query: str, weight: int, sessions: Iterable[int]) -> str | None:
         """``weight`` occurrences of ``query`` by ``sessions`` (hashed) at once; returns the
@@ -267,19 +267,6 @@ class HeavyQueries:
             known.add(session)
         return evicted
 
-    def add_hashed(self, query: str, session: int, weight: int = 1) -> str | None:
-        """``add`` with the session's ``session_hash`` (computed once for several summaries);
-        returns the query evicted, if any."""
-        evicted = self.counts.add(query, weight)
-        if evicted is not None:
-            del self._sessions[evicted]
-        sessions = self._sessions.get(query)
-        if sessions is None:
-            self._sessions[query] = {session}
-        elif len(sessions) < self.min_sessions:
-            sessions.add(session)
-        return evicted
-
     def distinct(self, query: str) -> int:
         """A lower bound on the distinct sessions that issued ``query``, at most min_sessions."""
         return len(self._sessions.get(query, ()))
@@ -295,13 +282,12 @@ class HeavyQueries:
             raise ValueError(
                 f"cannot merge min_sessions {self.min_sessions} and {other.min_sessions}"
             )
-        merged = HeavyQueries(self.counts.capacity, self.min_sessions)
-        counts = self.counts.merge(other.counts).snapshot()
-        sessions = [
-            _capped(self._sessions.get(k, set()) | other._sessions.get(k, set()), self.min_sessions)
-            for k in counts.keys
-        ]
-        merged.restore(HeavyQueriesState(counts, sessions))
+        capacity = self.counts.capacity
+        if other.counts.capacity != capacity:
+            raise ValueError(f"cannot merge capacities {capacity} and {other.counts.capacity}")
+        merged = HeavyQueries(capacity, self.min_sessions)
+        merged.restore(merge_many([self.snapshot(), other.snapshot()], capacity,
+                                  self.min_sessions))
         return merged
 
     def snapshot(self) -> HeavyQueriesState:
@@ -356,7 +342,7 @@ def merge_many(
             known = sessions.get(key)
             if known is None:
                 sessions[key] = set(hashed)
-            elif len(known) < min_sessions:
+            else:  # each holds at most min_sessions: the smallest of the union stay
                 known.update(hashed)
     ranked = sorted(counts, key=lambda k: (-counts[k], k))[:capacity]
     return HeavyQueriesState(

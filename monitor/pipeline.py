@@ -158,7 +158,7 @@ class Pipeline:
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
         if self.lists is not None:
             self.sessions.finished = self.lists.finished
-            self.judged.show = self.lists.shown
+            self.judged.show = self.lists.key  # judged keys are normalised: this redacts
         self._ubi = UbiReader(config.ubi)
         self._seconds_of: dict[str, float] = {}
         """Epoch seconds of ``YYYY-MM-DDTHH:MM:SS`` prefixes of timestamps (``_seconds``)."""

@@ -150,8 +150,7 @@ class _Batch:
     window, added to those buckets' tallies at once: one weighted Space-Saving update per
     distinct query instead of one per search (the summaries' guarantees hold for weighted
     updates). ``counts``: key -> [searches, zero-result searches or clicked ones, hashed
-    sessions (at most ``min_sessions``), and for arrivals the hashed sessions of the
-    zero-result searches]."""
+    sessions, hashed sessions of those flagged (each at most ``min_sessions``)]."""
 
     __slots__ = ("counts", "high", "low", "tallies")
 
@@ -184,7 +183,6 @@ class QueryLists:
         self._arrivals: dict[int, _Batch] = {}
         self._outcomes: dict[int, _Batch] = {}
         self._keys: dict[str, str] = {}
-        self._shown: dict[str, str] = {}
         """A bounded memo of text -> key (normalising and redacting costs a few us)."""
 
     def key(self, text: str) -> str:
@@ -197,64 +195,47 @@ class QueryLists:
             self._keys[text] = key
         return key
 
-    def shown(self, key: str) -> str:
-        """A judged query's key (normalised) as the worsened queries keep it: redacted."""
-        shown = self._shown.get(key)
-        if shown is None:
-            shown = redact(key, self._redactions)[:MAX_KEY]
-            if len(self._shown) >= 65536:
-                self._shown.clear()
-            self._shown[key] = shown
-        return shown
-
     def searched(
         self, klass: int, time: float, query_id: str, text: str, session_id: str, zero: bool
     ) -> None:
         """An accepted query, on arrival."""
-        key = self._keys.get(text)
-        if key is None:
-            key = self.key(text)
+        key = self._keys.get(text) or self.key(text)  # the memo, without a call when it knows
         self.open[query_id] = key
-        batch = self._arrivals.get(klass)
-        if batch is None or not batch.low <= time < batch.high:
-            batch = self._batch(self._arrivals, klass, time, True)
-        entry = batch.counts.get(key)
-        if entry is None:
-            # crc32: monitor.heavy.session_hash, inlined on the per-query path
-            session = crc32(session_id.encode())
-            batch.counts[key] = [1, 1 if zero else 0, {session}, {session} if zero else set()]
-            if len(batch.counts) >= BATCH_KEYS:
-                self._flush(batch, True)
-        else:
-            entry[0] += 1
-            if len(entry[2]) < self._min_sessions:
-                entry[2].add(crc32(session_id.encode()))
-            if zero:  # the sessions that found nothing, for the zero-result summary
-                entry[1] += 1
-                if len(entry[3]) < self._min_sessions:
-                    entry[3].add(crc32(session_id.encode()))
+        self._gather(self._arrivals, True, klass, time, key, session_id, zero)
 
     def finished(
         self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
     ) -> None:
         """A query left its session's memory: whether it got a click is final."""
         key = self.open.pop(query_id, None)
-        if key is None:
-            return
-        batch = self._outcomes.get(klass)
+        if key is not None:
+            self._gather(self._outcomes, False, klass, time, key, session_id, clicked)
+
+    def _gather(
+        self, batches: dict[int, _Batch], arrivals: bool, klass: int, time: float, key: str,
+        session_id: str, flag: bool,
+    ) -> None:
+        """One search (``arrivals``) or outcome into its class's batch; ``flag``: it found
+        nothing, or it got a click."""
+        batch = batches.get(klass)
         if batch is None or not batch.low <= time < batch.high:
-            batch = self._batch(self._outcomes, klass, time, False)
+            batch = self._batch(batches, klass, time, arrivals)
         entry = batch.counts.get(key)
+        # crc32(session_id.encode()) is ``monitor.heavy.session_hash``, inlined: per query
         if entry is None:
-            batch.counts[key] = [1, 1 if clicked else 0, {crc32(session_id.encode())}]
+            session = crc32(session_id.encode())
+            batch.counts[key] = [1, 1 if flag else 0, {session}, {session} if flag else set()]
             if len(batch.counts) >= BATCH_KEYS:
-                self._flush(batch, False)
-        else:
-            entry[0] += 1
-            if clicked:
-                entry[1] += 1
-            if len(entry[2]) < self._min_sessions:
-                entry[2].add(crc32(session_id.encode()))
+                self._flush(batch, arrivals)
+            return
+        entry[0] += 1
+        limit = self._min_sessions
+        if len(entry[2]) < limit:
+            entry[2].add(crc32(session_id.encode()))
+        if flag:
+            entry[1] += 1
+            if len(entry[3]) < limit:  # the sessions that found nothing (arrivals)
+                entry[3].add(crc32(session_id.encode()))
 
     def _batch(self, batches: dict[int, _Batch], klass: int, time: float, arrivals: bool) -> (
         _Batch
@@ -281,7 +262,7 @@ class QueryLists:
                         zero.add_sessions(key, zeros, zero_sessions)
             else:
                 outcomes, clicked_of = tally.outcomes, tally.clicked
-                for key, (n, clicked, sessions) in counts.items():
+                for key, (n, clicked, sessions, _) in counts.items():
                     evicted = outcomes.add_sessions(key, n, sessions)
                     if evicted is not None:
                         clicked_of.pop(evicted, None)
@@ -313,15 +294,6 @@ class QueryLists:
             if tally is None:
                 tally = bucket[klass] = Tally(self._capacity, self._min_sessions)
             yield tally
-
-    def window(self, length: float, classes: Sequence[int] | None) -> TallyState | None:
-        """The merged tally of the window for ``classes`` (None: every class)."""
-        self.flush()
-        states = [
-            tally.snapshot() for bucket in self.buckets[length].values()
-            for klass, tally in bucket.items() if classes is None or klass in classes
-        ]
-        return merge_tallies(states, self._capacity, self._min_sessions)
 
     def span(self, length: float) -> tuple[float, float] | None:
         """The event time the window's buckets cover."""
