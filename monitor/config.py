@@ -201,6 +201,13 @@ class InputConfig(Section):
     """Messages larger than this are rejected as ``too_large`` before decoding."""
     rejection_log_limit: int = Field(default=100, ge=0)
     """Rejected messages logged individually per reason; later ones are only counted."""
+    max_depth: int = Field(default=64, ge=2, le=500)
+    """Messages nesting arrays and objects deeper than this are rejected as ``too_deep``
+    (checked in one linear pass before decoding)."""
+    max_query_chars: int = Field(default=1000, ge=10)
+    """Query texts (live, judged and qrels) are cut to this many characters before anything
+    reads them (classification, query lists, the live join), so that no step's cost grows
+    with a text's length beyond it."""
 
 
 class OfflineConfig(Section):
@@ -224,6 +231,9 @@ class OfflineConfig(Section):
     permutations: int = Field(default=10000, ge=100)
     qrels_capacity: int = Field(default=10000, ge=0)
     """Query texts whose newest qrels labels are kept for live evaluation (LRU by update)."""
+    max_labels: int = Field(default=1000, ge=1)
+    """A judgment or qrels message with more labels than this is rejected (``schema``): the
+    stored qrels hold at most ``qrels_capacity`` x ``max_labels`` labels."""
 
     @field_validator("measures")
     @classmethod

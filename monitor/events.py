@@ -9,6 +9,7 @@ message becomes an event or a ``Rejection`` with a reason from a closed set.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from datetime import datetime
@@ -37,9 +38,11 @@ class Reason(StrEnum):
     DUPLICATE = "duplicate"
     TOO_LARGE = "too_large"
     FUTURE_TIMESTAMP = "future_timestamp"
+    TOO_DEEP = "too_deep"
+    UNPROCESSABLE = "unprocessable"
+    """A step of the pipeline failed on the message (a defect, logged with its traceback)."""
 
 
-@final
 @final
 class Rejection(NamedTuple):
     reason: Reason
@@ -260,6 +263,34 @@ decode_native: Callable[[bytes], Event] = _VALIDATE_NATIVE
 
 def too_large(data: bytes, max_bytes: int) -> Rejection:
     return Rejection(Reason.TOO_LARGE, f"{len(data)} bytes, limit {max_bytes}")
+
+
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]|[\]}]', re.DOTALL)
+"""A JSON string (read whole, so that brackets inside it do not count), or a bracket."""
+
+
+def nested_deeper(data: bytes, limit: int) -> bool:
+    """Whether the JSON in ``data`` nests arrays and objects more than ``limit`` deep: read
+    in one linear pass before any decoder recurses into it. Most messages have fewer
+    brackets than ``limit`` in all and are not scanned."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    for token in _TOKENS.finditer(data):
+        bracket = token[0]
+        if bracket == b"[" or bracket == b"{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif bracket == b"]" or bracket == b"}":
+            depth -= 1
+    return False
+
+
+def too_deep(limit: int) -> Rejection:
+    return Rejection(
+        Reason.TOO_DEEP, f"arrays and objects nested more than {limit} deep ([input] max_depth)"
+    )
 
 
 def untyped(error: ValidationError) -> bool:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import final
+from typing import cast, final
 
+from msgspec.structs import replace
 from pydantic import ValidationError
 
 from monitor.classes import NEW, QueryClasses
@@ -33,7 +34,9 @@ from monitor.events import (
     decode_live,
     decode_native,
     epoch_seconds,
+    nested_deeper,
     rejection,
+    too_deep,
     too_large,
     untyped,
 )
@@ -58,6 +61,9 @@ from monitor.ubi import UbiReader
 log = logging.getLogger(__name__)
 
 fromisoformat = datetime.fromisoformat
+
+FAILURES_LOGGED = 10
+"""Messages a step failed on that are logged with their traceback (per pipeline)."""
 
 
 
@@ -153,6 +159,8 @@ class Pipeline:
         self.sessions.served = self._join_live
         self.health = Health()
         self._max_bytes = config.input.max_event_bytes
+        self._max_depth = config.input.max_depth
+        self._max_chars = config.input.max_query_chars
         self._class_index = self.classes.index
         self.judged = Judged(config.offline)
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
@@ -180,13 +188,22 @@ class Pipeline:
     def read(self, data: bytes, hint: str | None = None) -> Read | Rejection | None:
         """One message decoded and validated: what to ``admit``, or its rejection, or None
         for an ignored action (both counted here). ``hint``: the index a ``_bulk`` export
-        says the document comes from."""
+        says the document comes from. Never raises for a message: a step that fails on one
+        (a defect) rejects it as ``unprocessable``."""
+        try:
+            return self._read(data, hint)
+        except Exception as error:  # noqa: BLE001 (one message never stops the pipeline)
+            return self._unprocessable(error, self.health.accepted)
+
+    def _read(self, data: bytes, hint: str | None) -> Read | Rejection | None:
         event: Live | JudgedMessage | Rejection | None
         try:
-            if len(data) > self._max_bytes:
+            if len(data) > self._max_bytes or (
+                data.count(b"[") + data.count(b"{") > self._max_depth
+            ):
                 raise FastPathError
             event = decode_live(data)
-        except FastPathError:
+        except (FastPathError, UnicodeDecodeError):
             event = self._read_other(data, hint)
             if not isinstance(event, LIVE):
                 return event
@@ -196,6 +213,8 @@ class Pipeline:
             return self._reject_timestamp(stamp)  # type: ignore[arg-type]
         time = seconds
         if type(event) is QueryEvent:
+            if len(event.query_text) > self._max_chars:
+                event = replace(event, query_text=event.query_text[:self._max_chars])
             declared = event.query_class
             klass = self._class_index.get(declared) if declared is not None else None
             if klass is None:  # NEW (a class joining the set) only once the query is accepted
@@ -255,6 +274,8 @@ class Pipeline:
         decoded: Event | Live | Rejection | IgnoredAction
         if len(data) > self._max_bytes:
             decoded = too_large(data, self._max_bytes)
+        elif nested_deeper(data, self._max_depth):
+            decoded = too_deep(self._max_depth)
         else:
             try:
                 decoded = decode_native(data)
@@ -276,7 +297,26 @@ class Pipeline:
 
     def admit(self, read: Read) -> Rejection | None:
         """Hand what ``read`` returned to the sessions (or the offline state); returns the
-        rejection, if the sessions refuse it."""
+        rejection, if the sessions refuse it (or ``unprocessable``: a step failed on it)."""
+        accepted = self.health.accepted
+        try:
+            return self._admit(read)
+        except Exception as error:  # noqa: BLE001 (one message never stops the pipeline)
+            return self._unprocessable(error, accepted)
+
+    def _unprocessable(self, error: Exception, accepted: int) -> Rejection:
+        """A message some step failed on: counted once, as rejected (not also as accepted,
+        whatever the step had done before failing), with the failure logged in full for
+        the first ``FAILURES_LOGGED``."""
+        health = self.health
+        health.accepted = accepted
+        health.rejected[Reason.UNPROCESSABLE] += 1
+        if health.rejected[Reason.UNPROCESSABLE] <= FAILURES_LOGGED:
+            log.error("a message made the pipeline fail; rejected as unprocessable",
+                      exc_info=error)
+        return Rejection(Reason.UNPROCESSABLE, f"{type(error).__name__}: {error}"[:300])
+
+    def _admit(self, read: Read) -> Rejection | None:
         if type(read) is JudgedMessage:
             if read.time > self.sessions.horizon:  # it would move the offline clock ahead
                 self.health.rejected[Reason.FUTURE_TIMESTAMP] += 1
@@ -383,6 +423,16 @@ class Pipeline:
         if isinstance(time, Rejection):
             self.health.rejected[time.reason] += 1
             return time
+        labels, most = len(event["labels"]), self.config.offline.max_labels
+        if labels > most:
+            self.health.rejected[Reason.SCHEMA] += 1
+            return Rejection(
+                Reason.SCHEMA, f"labels: {labels} labels, limit {most} ([offline] max_labels)"
+            )
+        if len(event["query_text"]) > self._max_chars:
+            event = cast(Judgment | Qrels, {
+                **event, "query_text": event["query_text"][:self._max_chars]
+            })
         if event["type"] == "qrels":
             return JudgedMessage(time, event, None)
         ranking = _ranked(event["ranking"], event.get("scores"))

@@ -150,7 +150,7 @@ def _bulk_action(line: bytes) -> tuple[str, str | None] | None:
     """(action, index) of a ``_bulk`` action line, or None when it is not one."""
     try:
         parsed = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # the document line then says what is wrong
         return None
     if not isinstance(parsed, dict) or len(parsed) != 1:
         return None
@@ -165,7 +165,7 @@ def _unwrap_update(line: bytes) -> bytes:
     """The partial document of a ``_bulk`` update line (``{"doc": {...}}``)."""
     try:
         parsed = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # the document line then says what is wrong
         return line
     if isinstance(parsed, dict) and isinstance(parsed.get("doc"), dict):
         return json.dumps(parsed["doc"]).encode()
@@ -236,8 +236,8 @@ def sort_time(line: bytes) -> float:
     epoch milliseconds, or an ISO 8601 string (one without an offset read as UTC here)."""
     try:
         stamp = _STAMP.decode(line).timestamp
-    except msgspec.MsgspecError:
-        return float("-inf")
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+        return float("-inf")  # rejected when fed, with its position
     if isinstance(stamp, int):
         return stamp / 1000.0
     if stamp is None:

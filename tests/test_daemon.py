@@ -770,3 +770,54 @@ def test_livez_fails_when_the_loop_stalls_or_makes_no_progress_while_behind(
     daemon.progressed = time.monotonic()
     daemon.turned -= STALLED + 1
     assert "has not turned" in (daemon._not_alive() or "")
+
+
+def test_no_single_message_stops_the_daemon(tmp_path: Path, broker: Broker) -> None:
+    """Invalid UTF-8, nesting thousands deep, megabyte texts and too many labels, between
+    good messages of one partition: the daemon stays up, counts every good message, and
+    rejects and dead-letters each bad one with its reason."""
+    from tests.test_one_message import ADVERSARIAL, good_traffic
+
+    topic, judgments = f"ev-{uuid.uuid4().hex[:8]}", f"ju-{uuid.uuid4().hex[:8]}"
+    broker.create_topics({topic: 1, judgments: 1, DEAD: 1})
+    good = good_traffic()
+    lines = [*good[:5], *(bad for _, bad, _ in ADVERSARIAL), *good[5:]]
+    broker.produce(topic, ((b"one-key", line) for line in lines))
+    port = free_port()
+    daemon = start_daemon(
+        tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
+        kafka=f'events_topic = "{topic}"\njudgments_topic = "{judgments}"\n',
+        state="[input]\nmax_event_bytes = 1048576\n",
+    )
+    try:
+        values = wait_until_read(port, len(lines))
+        assert daemon.poll() is None
+        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+    finally:
+        stop_all([daemon])
+    reasons: dict[str, int] = {}
+    for _, _, reason in ADVERSARIAL:
+        if reason:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    rejected = {
+        name: value for name, value in values.items()
+        if name.startswith("searchmon_events_rejected_total") and value
+    }
+    assert rejected == {
+        f'searchmon_events_rejected_total{{reason="{reason}"}}': float(n)
+        for reason, n in reasons.items()
+    }
+    assert values['search_queries_total{query_class="news"}'] == 30
+    dead = KafkaConsumer(DEAD, bootstrap_servers=broker.address, auto_offset_reset="earliest",
+                         enable_auto_commit=False, consumer_timeout_ms=5000,
+                         fetch_max_bytes=8 << 20, max_partition_fetch_bytes=8 << 20)
+    letters = [
+        record for record in dead
+        if dict(record.headers)["searchmon.source.topic"] == topic.encode()
+    ]
+    dead.close()
+    got: dict[str, int] = {}
+    for letter in letters:
+        reason = dict(letter.headers)["searchmon.reason"].decode()
+        got[reason] = got.get(reason, 0) + 1
+    assert got == reasons
