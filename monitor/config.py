@@ -204,6 +204,9 @@ class InputConfig(Section):
     max_depth: int = Field(default=64, ge=2, le=500)
     """Messages nesting arrays and objects deeper than this are rejected as ``too_deep``
     (checked in one linear pass before decoding)."""
+    batch_budget: Duration = Field(default=10.0, gt=0)
+    """A batch still being processed after this long is a stall: logged with the partition
+    and offset of the record in hand, and ``/readyz`` says so until it ends."""
     max_query_chars: int = Field(default=1000, ge=10)
     """Query texts (live, judged and qrels) are cut to this many characters before anything
     reads them (classification, query lists, the live join), so that no step's cost grows

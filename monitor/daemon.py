@@ -92,6 +92,10 @@ class Daemon:
         self._worker: Worker | None = None
         self._in_flight: Records | None = None
         """The batch the worker is working on (its rejected records go to dead letters)."""
+        self._parts: list[Key] = []
+        """The partitions of the batch in flight, in the order sent."""
+        self._sent_at = 0.0
+        self._stall_logged = False
         self._restore_after = 0.0
         self._started: float | None = time.monotonic()
         self._topics_have_partitions = False
@@ -154,7 +158,9 @@ class Daemon:
                         backoff = min(backoff * 2, 30.0)
                         continue
                 try:
-                    batch = source.poll(worker.answered if self._in_flight else None, self.stop)
+                    batch = source.poll(
+                        self._answered_or_stalled if self._in_flight else None, self.stop
+                    )
                 except KafkaError as error:
                     log.warning("poll failed: %s", error)
                     batch = {}
@@ -295,11 +301,21 @@ class Daemon:
         if parts:
             worker.send(Process(parts, self._judgments_caught_up(source)))
             self._in_flight = batch
+            self._parts = [key for key, _, _ in parts]
+            self._sent_at = time.monotonic()
+            self._stall_logged = False
 
     def _settle(self, source: KafkaSource, worker: Worker) -> None:
-        """Wait for the batch in flight; dead-letter what it rejected."""
+        """Wait for the batch in flight; dead-letter what it rejected. A batch that takes
+        longer than ``[input] batch_budget`` is a stall: logged once with the record in
+        hand, and ``/readyz`` says so until it ends."""
         if self._in_flight is None:
             return
+        while not worker.answered_within(1.0):
+            self._watch_stall()
+        if self._stall_logged:
+            log.warning("the stalled batch ended after %.1f s",
+                        time.monotonic() - self._sent_at)
         answer = worker.expect(Processed)
         self.positions.update((k, v) for k, v in answer.offsets.items() if k in self.owned)
         self.progressed = time.monotonic()
@@ -344,7 +360,38 @@ class Daemon:
 
     # --- health -----------------------------------------------------------------------------
 
+    def _answered_or_stalled(self) -> bool:
+        """Whether the worker answered the batch in flight (said while polling for the next
+        records); a stall is logged meanwhile."""
+        assert self._worker is not None
+        if self._worker.answered():
+            return True
+        self._watch_stall()
+        return False
+
+    def _watch_stall(self) -> None:
+        if not self._stall_logged:
+            stall = self.stall()
+            if stall is not None:
+                self._stall_logged = True
+                log.warning("%s; /readyz reports it until the batch ends", stall)
+
+    def stall(self) -> str | None:
+        """What the batch in flight is stuck on, when it has taken longer than the budget."""
+        if self._in_flight is None or self._worker is None:
+            return None
+        took, budget = time.monotonic() - self._sent_at, self.config.input.batch_budget
+        if took <= budget:
+            return None
+        number, offset = self._worker.position[0], self._worker.position[1]
+        topic, partition = self._parts[number] if number < len(self._parts) else ("?", -1)
+        return (f"a batch has been processing for {took:.0f} s (budget {budget:g} s), at "
+                f"{topic}/{partition}@{offset}")
+
     def _not_ready(self) -> str | None:
+        stall = self.stall()
+        if stall is not None:
+            return stall
         if not self.connected:
             return "not connected to Kafka"
         failing = self.coordinator.failing_for()

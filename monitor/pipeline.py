@@ -192,7 +192,7 @@ class Pipeline:
         (a defect) rejects it as ``unprocessable``."""
         try:
             return self._read(data, hint)
-        except Exception as error:  # noqa: BLE001 (one message never stops the pipeline)
+        except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, self.health.accepted)
 
     def _read(self, data: bytes, hint: str | None) -> Read | Rejection | None:
@@ -301,7 +301,7 @@ class Pipeline:
         accepted = self.health.accepted
         try:
             return self._admit(read)
-        except Exception as error:  # noqa: BLE001 (one message never stops the pipeline)
+        except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, accepted)
 
     def _unprocessable(self, error: Exception, accepted: int) -> Rejection:

@@ -15,6 +15,7 @@ lowest-numbered judgments partition owned, ``offline_key``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -26,7 +27,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kafka.errors import KafkaError
 
@@ -200,6 +201,9 @@ class PartitionStates:
         self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
         """Checkpoints decoded and checked at start (one replica), until assigned."""
         self.rejections = RejectionLog(config.input.rejection_log_limit)
+        self.position: memoryview | list[int] = [0, 0]
+        """The part of the batch and the offset of the record in hand (shared with the
+        consumer process, which reports a stall: ``Worker.position``)."""
         self.store: Store
         if config.state.store == "kafka":
             self.store = KafkaStore(config)
@@ -306,7 +310,8 @@ class PartitionStates:
         owner = units[self.offline] if self.offline is not None else None
         # events stamped further ahead of this machine's clock than max_future are rejected
         horizon = time.time() + self.config.sessions.max_future
-        for key, numbers, values in parts:
+        at = self.position
+        for number, (key, numbers, values) in enumerate(parts):
             pipeline = units.get(key)
             if pipeline is None:
                 continue  # given up while the batch was on its way; its next owner reads it
@@ -317,7 +322,9 @@ class PartitionStates:
                 pipeline.forward_live = owner is not None and owner.judged.active
             pipeline.sessions.horizon = horizon
             feed = pipeline.feed
+            at[0] = number
             for index in range(start, len(numbers)):
+                at[1] = numbers[index]
                 value = values[index]
                 rejection = feed(value if value is not None else b"")
                 if rejection is not None:
@@ -373,11 +380,14 @@ def refusal(problem: str) -> str:
 def serve(
     connection: Connection, parents_end: Connection, config: Config, replica: str,
     discard: bool, log_settings: tuple[logs.Level, logs.Format] = ("info", "text"),
+    position: Any = None,
 ) -> None:
-    """The worker process: answers each request in order; ends with its parent."""
+    """The worker process: answers each request in order; ends with its parent, whatever it
+    is doing (the kernel kills it when the consumer process ends: ``die_with_parent``)."""
+    parent = os.getppid()
+    die_with_parent(parent)
     parents_end.close()  # else a parent killed with -9 would leave this end waiting forever
     forget_inherited_lock()  # the state directory's lock goes with the consumer process
-    parent = os.getppid()
     # Ctrl-C and SIGTERM reach the whole process group: the consumer process decides when the
     # worker stops (after its final checkpoint), so the signals are not for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -392,6 +402,8 @@ def serve(
     except CheckpointError as error:
         connection.send(Refused(refusal(str(error))))
         return
+    if position is not None:
+        states.position = shared_position(position)
     connection.send(Ready())
     try:
         while True:
@@ -418,6 +430,27 @@ def serve(
         states.store.close()
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when the thread that started it ends (Linux
+    ``PR_SET_PDEATHSIG``): a batch stalled in a long computation, even one holding the GIL,
+    cannot outlive the daemon. Elsewhere, the request loop's check of the parent remains."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the request was made
+        os._exit(0)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def shared_position(array: Any) -> memoryview:
+    """Two 64-bit integers both processes see: written per record, read on a stall."""
+    return memoryview(array).cast("B").cast("q")
+
+
 class Worker:
     """The consumer process's end of the worker: starts it, sends requests, takes answers."""
 
@@ -429,11 +462,14 @@ class Worker:
             else multiprocessing.get_context("spawn")
         )
         self.connection, theirs = context.Pipe()
+        shared = context.RawArray("q", 2)
+        self.position = shared_position(shared)
+        """The part of the batch in flight and the offset of the record in hand."""
         self.process = context.Process(
             target=serve, name="searchmon-state",
             # the Config itself: inherited by fork, pickled over a pipe by spawn; a JSON dump
             # would mask the SASL password (SecretStr) that the changelog's clients need
-            args=(theirs, self.connection, config, replica, discard, logs.settings()),
+            args=(theirs, self.connection, config, replica, discard, logs.settings(), shared),
         )
         self.process.start()
         theirs.close()
@@ -447,6 +483,9 @@ class Worker:
 
     def answered(self) -> bool:
         return bool(self.connection.poll(0))
+
+    def answered_within(self, seconds: float) -> bool:
+        return bool(self.connection.poll(seconds))
 
     def expect(self, kind: type[A]) -> A:
         """The next answer, which must be a ``kind``; ``StartError`` for a refusal,
@@ -473,7 +512,13 @@ class Worker:
             return None
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.connection.send(Stop())
+        """Stop the worker: at once when it is still working on a batch (its state is durable
+        as of the last checkpoint), else once it has read ``Stop``."""
+        if not self.in_flight:
+            with contextlib.suppress(OSError):
+                self.connection.send(Stop())
+            self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=10)
         self.connection.close()
-        self.process.join(timeout=30)

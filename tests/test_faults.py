@@ -309,3 +309,39 @@ def test_a_frozen_broker_is_seen_as_disconnected(tmp_path: Path) -> None:
             stop(daemon)
         broker.stop()
     assert daemon is not None and daemon.returncode == 0, log_of(tmp_path)
+
+
+def test_a_stalled_batch_is_reported_and_sigterm_stops_the_state_process_with_it(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """A query-class rule that backtracks exponentially on one query text (a stall inside
+    the regular expression engine, which holds the interpreter lock): the stall is logged
+    with the partition and offset of that record, /readyz says so, and SIGTERM ends the
+    daemon and its state process within seconds."""
+    from tests.test_daemon import children
+
+    topic = f"stall-{uuid.uuid4().hex[:8]}"
+    broker.create_topics({topic: 1})
+    good = [query(f"e{i}", i, f"s{i}", f"q{i}", klass="news") for i in range(5)]
+    stuck = query("stuck", 10, "s-stuck", "q-stuck", text="a" * 60, klass=None)
+    broker.produce(topic, [(b"k", line) for line in [*good, stuck]])
+    port = free_port()
+    daemon = start_daemon(
+        tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
+        kafka=f'events_topic = "{topic}"\njudgments_topic = "{topic}-judgments"\n',
+        state='[input]\nbatch_budget = "1s"\n'
+              '[[query_classes.rules]]\nclass = "slow"\npattern = "^(a+)+b"\n',
+    )
+    try:
+        wait_for(lambda: "a batch has been processing for" in log_of(tmp_path),
+                 "the stall is logged")
+        assert f"at {topic}/0@5" in log_of(tmp_path)
+        status, body = get(f"http://127.0.0.1:{port}/readyz")
+        assert status == 503 and f"{topic}/0@5" in body, body
+        workers = children(daemon.pid)
+        assert workers, "the state process runs"
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers),
+             "the state process ends with the daemon", seconds=10)
