@@ -74,10 +74,13 @@ def restore_unit(
 
 
 def write_file(path: Path, data: bytes, sync_directory: bool = True) -> None:
-    """Durably replace ``path`` with ``data``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Durably replace ``path`` with ``data``, readable by this user only (state holds
+    query texts, and ids of what was counted)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("wb") as out:
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as out:
+        os.fchmod(descriptor, 0o600)  # a temporary file left by a crash kept its own mode
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
@@ -131,7 +134,7 @@ def lock_directory(directory: Path) -> None:
     the checkpoint alerts say so)."""
     global _held_lock
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
         log.warning("cannot lock %s (%s): not locked", directory, error.strerror or error)
@@ -165,8 +168,9 @@ class Store(Protocol):
         """The newest checkpoint of each of ``keys`` that has one."""
         ...
 
-    def save(self, units: dict[Key, bytes]) -> None:
-        """Make ``units`` durable (when this returns, a restart or another replica sees them)."""
+    def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
+        """Make ``units`` durable (when this returns, a restart or another replica sees them);
+        ``generation``: the consumer group generation they were written under."""
         ...
 
     def discard(self, keys: set[Key]) -> None:
@@ -190,7 +194,7 @@ class DirStore:
             units = format2.read_store(data, str(old))
             for key, unit in units.items():
                 write_file(self.path(key), unit, sync_directory=False)
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             _sync_directory(self.directory)
             aside = old.with_name(old.name + ".format2")
             os.replace(old, aside)
@@ -210,7 +214,7 @@ class DirStore:
     def load(self, keys: set[Key]) -> dict[Key, bytes]:
         return {key: self.units[key] for key in keys if key in self.units}
 
-    def save(self, units: dict[Key, bytes]) -> None:
+    def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
         for key, data in units.items():
             write_file(self.path(key), data, sync_directory=False)
             self.units[key] = data  # partitions owned earlier keep their last checkpoint
@@ -244,30 +248,42 @@ class KafkaStore:
         self.replication = state.changelog_replication_factor
         self.partition = TopicPartition(self.topic, 0)
         self.generations: dict[Key, tuple[str, int]] = {}
-        """Per source partition: the generation of its newest checkpoint and its chunk count."""
+        """Per source partition: the chunk set of its newest checkpoint and its chunk count."""
+        self.manifests: dict[Key, set[bytes]] = {}
+        """Per source partition: the manifest keys known to be in the changelog."""
         self._producer: KafkaProducer | None = None
         self._created = False
 
     def load(self, keys: set[Key]) -> dict[Key, bytes]:
+        """The checkpoint of each of ``keys`` written under the highest group generation
+        (the newest of those): one a fenced replica wrote late, under a generation the group
+        had left, is ignored."""
         self._create_topic()
-        manifests: dict[Key, tuple[str, int]] = {}
+        manifests: dict[Key, dict[bytes, tuple[int, str, int]]] = {}
         chunks: dict[bytes, bytes] = {}
         for key, value in self._read():
             kind, _, rest = key.partition(b"/")
-            if kind == b"m":
-                unit = _parse_key(rest)
-                if unit in keys:
-                    if value is None:
-                        manifests.pop(unit, None)
-                    else:
-                        manifests[unit] = _parse_manifest(value, unit, self.topic)
+            if kind == b"m" or kind == b"g":
+                named = _parse_manifest_key(kind, rest)
+                if named is None or named[0] not in keys:
+                    continue
+                unit, group = named
+                held = manifests.setdefault(unit, {})
+                held.pop(key, None)  # in log order: the newest record of a key is last
+                if value is not None:
+                    held[key] = (group, *_parse_manifest(value, unit, self.topic))
             elif kind == b"c" and _parse_key(rest.rsplit(b"/", 2)[0]) in keys:
                 if value is None:
                     chunks.pop(key, None)
                 else:
                     chunks[key] = value
         found: dict[Key, bytes] = {}
-        for unit, (generation, count) in manifests.items():
+        for unit, held in manifests.items():
+            if not held:
+                continue
+            # the highest generation wins; within one, dict order is log order (newest last)
+            newest = max(enumerate(held.items()), key=lambda item: (item[1][1][0], item[0]))
+            _, (_, (group, generation, count)) = newest
             names = [_chunk_key(unit, generation, i) for i in range(count)]
             missing = [name for name in names if name not in chunks]
             if missing:
@@ -277,40 +293,58 @@ class KafkaStore:
                 )
             found[unit] = b"".join(chunks.pop(name) for name in names)
             self.generations[unit] = (generation, count)
-        # chunks of generations no manifest names (a write interrupted by a crash)
+            self.manifests[unit] = set(held)
+            if len(held) > 1:
+                log.info("%s/%d: restored the checkpoint of group generation %d; %d other "
+                         "manifests are stale", *unit, group, len(held) - 1)
+        # chunks no chosen manifest names (a write interrupted by a crash, a stale write)
         producer = self._producer_()
         for name in chunks:
             producer.send(self.topic, key=name, value=None, partition=0)
         return found
 
-    def save(self, units: dict[Key, bytes]) -> None:
+    def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
         producer = self._producer_()
         previous = {}
+        stale: list[bytes] = []
         for unit, data in units.items():
-            generation = uuid.uuid4().hex
+            chunk_set = uuid.uuid4().hex
             pieces = [
                 data[i:i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)
             ] or [b""]
             for i, piece in enumerate(pieces):
                 producer.send(
-                    self.topic, key=_chunk_key(unit, generation, i), value=piece, partition=0
+                    self.topic, key=_chunk_key(unit, chunk_set, i), value=piece, partition=0
                 )
-            manifest = json.dumps({"generation": generation, "chunks": len(pieces)}).encode()
-            producer.send(self.topic, key=_manifest_key(unit), value=manifest, partition=0)
+            manifest = json.dumps({
+                "generation": chunk_set, "chunks": len(pieces), "group_generation": generation,
+            }).encode()
+            key = _manifest_key(unit, generation)
+            producer.send(self.topic, key=key, value=manifest, partition=0)
             if unit in self.generations:
                 previous[unit] = self.generations[unit]
-            self.generations[unit] = (generation, len(pieces))
+            self.generations[unit] = (chunk_set, len(pieces))
+            known = self.manifests.setdefault(unit, set())
+            stale.extend(name for name in known if name != key and _manifest_group(
+                name) < generation)
+            known.add(key)
         producer.flush(timeout=30)
-        for unit, (generation, count) in previous.items():
+        for unit, (chunk_set, count) in previous.items():
             for i in range(count):  # delivered with the next flush; harmless if lost
                 producer.send(
-                    self.topic, key=_chunk_key(unit, generation, i), value=None, partition=0
+                    self.topic, key=_chunk_key(unit, chunk_set, i), value=None, partition=0
                 )
+        for name in stale:  # manifests of lower generations, superseded
+            producer.send(self.topic, key=name, value=None, partition=0)
+            named = _parse_manifest_key(*_kind_rest(name))
+            if named is not None:
+                self.manifests.get(named[0], set()).discard(name)
 
     def discard(self, keys: set[Key]) -> None:
         producer = self._producer_()
         for key in keys:
-            producer.send(self.topic, key=_manifest_key(key), value=None, partition=0)
+            for name in self.manifests.pop(key, set()) | {_legacy_manifest_key(key)}:
+                producer.send(self.topic, key=name, value=None, partition=0)
             self.generations.pop(key, None)
         producer.flush(timeout=30)
 
@@ -373,8 +407,39 @@ class KafkaStore:
             consumer.close(autocommit=False)
 
 
-def _manifest_key(unit: Key) -> bytes:
+def _manifest_key(unit: Key, generation: int) -> bytes:
+    """A manifest's key names the group generation it was written under: compaction keeps
+    one per generation, so a late write under an older one cannot replace a newer one."""
+    return f"g/{unit[0]}/{unit[1]}/{generation}".encode()
+
+
+def _legacy_manifest_key(unit: Key) -> bytes:
+    """The key of manifests written before they carried a group generation."""
     return f"m/{unit[0]}/{unit[1]}".encode()
+
+
+def _kind_rest(key: bytes) -> tuple[bytes, bytes]:
+    kind, _, rest = key.partition(b"/")
+    return kind, rest
+
+
+def _parse_manifest_key(kind: bytes, rest: bytes) -> tuple[Key, int] | None:
+    """The partition a manifest key names and its group generation (-1 before they had
+    one, or when the generation was unknown)."""
+    if kind == b"m":
+        unit = _parse_key(rest)
+        return (unit, -1) if unit is not None else None
+    head, _, group = rest.rpartition(b"/")
+    unit = _parse_key(head)
+    try:
+        return (unit, int(group)) if unit is not None else None
+    except ValueError:
+        return None
+
+
+def _manifest_group(key: bytes) -> int:
+    named = _parse_manifest_key(*_kind_rest(key))
+    return named[1] if named is not None else -1
 
 
 def _chunk_key(unit: Key, generation: str, index: int) -> bytes:

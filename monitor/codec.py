@@ -118,6 +118,8 @@ class UnitState:
     topic_id: str | None = None
     """The id the brokers gave the topic (where they give one): a topic deleted and created
     again has another, and its partitions are then read from their start."""
+    group_generation: Int = -1
+    """The consumer group generation the writer held the partition under (-1: unknown)."""
 
 
 T = TypeVar("T")

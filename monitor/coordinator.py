@@ -48,6 +48,11 @@ class CheckpointCoordinator:
         self.queries: Report | None = None
         """...and what /queries shows of them."""
         self._last = time.monotonic()
+        self.refused = False
+        """The group refused the last checkpoint's commit (see ``checkpoint``)."""
+        self.dead_lettered_before = self.ledger.dead_lettered
+        """Dead letters acknowledged in earlier runs (``searchmon_dead_lettered_total``
+        continues from them)."""
 
     def _open(self, discard: bool) -> Ledger:
         try:
@@ -82,9 +87,13 @@ class CheckpointCoordinator:
         self.export(owned)
 
     def checkpoint(
-        self, source: KafkaSource, worker: Worker, fence: RebalanceFence, owned: set[Key]
+        self, source: KafkaSource, worker: Worker, fence: RebalanceFence, owned: set[Key],
+        generation: int | None = None,
     ) -> Checkpointed | None:
-        """Make the state durable, export it, then commit its offsets."""
+        """Make the state durable (under the group ``generation``), commit its offsets, then
+        export it. A commit the group refuses (this replica is no longer a member of that
+        generation) promotes nothing: the ledger and the export stay as they were, and
+        ``refused`` tells the daemon to give its partitions up."""
         self._last = time.monotonic()
         if not source.flush_dead_letters():  # before their offsets move
             self.failures += 1  # the dead-letter topic does not acknowledge the copies
@@ -95,21 +104,27 @@ class CheckpointCoordinator:
         with fence.lock:
             keys = (owned & source.assignment()) - fence.revoked
             answer = worker.request(
-                Checkpoint(frozenset(keys), topic_ids(source, {key[0] for key in keys})),
+                Checkpoint(
+                    frozenset(keys), topic_ids(source, {key[0] for key in keys}),
+                    generation if generation is not None else -1,
+                ),
                 Checkpointed,
             )
         if answer is None:
             self.failures += 1  # the worker logged why; its state stays as it was
             return None
         if answer.written:  # else nothing changed since the last checkpoint
+            if not source.commit({
+                key: offset for key, (offset, _) in answer.written.items() if key in owned
+            }):
+                self.refused = True
+                return None
             for key, (_, view) in answer.written.items():
                 self.ledger.update(key, view)
+            self.ledger.dead_lettered = self.dead_lettered_before + source.dead_lettered
             if not self._save():
-                return None  # the offsets wait for a ledger that says what was exported
+                return None
             self.export(owned)
-            source.commit({
-                key: offset for key, (offset, _) in answer.written.items() if key in owned
-            })
         if answer.queries is not None:
             self.query_state, self.queries = answer.queries, report_of(answer.queries)
         self.checkpoint_time = answer.written_at
@@ -153,15 +168,7 @@ def topic_ids(source: KafkaSource, topics: Iterable[str]) -> dict[str, str]:
     """The topic ids of the brokers' metadata (Kafka 2.8 and later give them)."""
     ids = {}
     for topic in topics:
-        found = topic_id(source, topic)
+        found = source.topic_id(topic)
         if found is not None:
             ids[topic] = found
     return ids
-
-
-def topic_id(source: KafkaSource, topic: str) -> str | None:
-    try:  # kafka-python keeps them in its cluster metadata, not in a public method
-        found = source.consumer._client.cluster.topic_id(topic)
-    except AttributeError:
-        return None
-    return str(found) if found is not None and found.int != 0 else None

@@ -37,7 +37,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from monitor import checkpoint
 from monitor.config import Config
-from monitor.coordinator import LEDGER_FILE, CheckpointCoordinator, topic_id
+from monitor.coordinator import LEDGER_FILE, CheckpointCoordinator
 from monitor.export import Export
 from monitor.http import MetricsServer
 from monitor.merge import Key
@@ -68,6 +68,63 @@ STOP_GRACE = 4.5
 """Seconds from SIGTERM to exit at the latest."""
 
 
+class WallClock:
+    """The wall clock that events stamped in the future are judged against, never going
+    back: when the system clock steps back (a bad NTP step, a VM restored from a snapshot),
+    events are still judged against the time before the step (with the monotonic clock's
+    progress since), so live events are not rejected as ``future_timestamp``. Each step back
+    of more than a second is logged and counted (``searchmon_clock_jumps_total``)."""
+
+    def __init__(self) -> None:
+        self.offset = time.time() - time.monotonic()
+        """The largest wall-minus-monotonic difference seen: the clock before any step."""
+        self.last = self.offset
+        self.jumps = 0
+
+    def now(self) -> float:
+        monotonic = time.monotonic()
+        offset = time.time() - monotonic
+        if offset < self.last - 1.0:
+            self.jumps += 1
+            log.warning("the wall clock went back %.1f s; events are judged against the "
+                        "clock as it was before", self.last - offset)
+        self.last = offset
+        self.offset = max(self.offset, offset)
+        return monotonic + self.offset
+
+
+class PauseWatch:
+    """Notices when the whole process stood still (SIGSTOP, a frozen container, a VM
+    migration, a long collection pause): a thread that ticks every ``TICK`` seconds, and the
+    longest gap between ticks since the last look. During such a pause no heartbeat went
+    out either, so past the session timeout the group has given this replica's partitions to
+    another member."""
+
+    TICK = 0.2
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.longest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="pause-watch", daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK):
+            now = time.monotonic()
+            self.longest = max(self.longest, now - self.last)
+            self.last = now
+
+    def take(self) -> float:
+        """The longest pause since the previous call (a pause still going on included)."""
+        longest = max(self.longest, time.monotonic() - self.last)
+        self.longest = 0.0
+        return longest
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 class Daemon:
     """The consumer side: the loop, the assignment, lag and health."""
 
@@ -86,9 +143,9 @@ class Daemon:
         self.lag: dict[Key, int] = {}
         self.source: KafkaSource | None = None
         """The Kafka source once made (its dead-letter counts are exported)."""
-        """The Kafka source while connected (its dead-letter counts are exported)."""
+        self.clock = WallClock()
         self.stop = threading.Event()
-        self.fence = RebalanceFence()
+        self.rebalance = RebalanceFence()
         self._worker: Worker | None = None
         self._in_flight: Records | None = None
         """The batch the worker is working on (its rejected records go to dead letters)."""
@@ -96,11 +153,28 @@ class Daemon:
         """The partitions of the batch in flight, in the order sent."""
         self._sent_at = 0.0
         self._stall_logged = False
+        self._backlog_logged = False
         self._restore_after = 0.0
         self._started: float | None = time.monotonic()
         self._topics_have_partitions = False
         self._look_for_partitions = 0.0
         self._judgments_warned = False
+        self.topic_ids: dict[str, str] = {}
+        """The id the brokers gave each topic read, as last seen in the metadata: one that
+        changes while the daemon runs was deleted and created again."""
+        self.generation: int | None = None
+        """The group generation the owned partitions are held under (None: none yet, or
+        membership lost and not yet regained)."""
+        self._fenced: int | None = None
+        """The generation this replica fell out of: partitions wait for a newer one."""
+        self.pauses: PauseWatch | None = None
+        """Started with the loop (after the state process: fork needs a single thread)."""
+        kafka = config.kafka
+        self._pause_bound = max(
+            (kafka.session_timeout_ms - kafka.heartbeat_interval_ms) / 1000.0, 0.5
+        )
+        """A pause at least this long may have let the session expire (no heartbeat since
+        at most a heartbeat interval before it)."""
         self.turned = self.progressed = time.monotonic()
         """When the consumer loop last turned; when records were last processed (or none
         waited): ``/livez``."""
@@ -111,8 +185,10 @@ class Daemon:
 
     @property
     def dead_lettered(self) -> int:
-        """Copies the dead-letter topic has acknowledged (this process)."""
-        return self.source.dead_lettered if self.source else 0
+        """Copies the dead-letter topic has acknowledged, this run and the earlier ones."""
+        return self.coordinator.dead_lettered_before + (
+            self.source.dead_lettered if self.source else 0
+        )
 
     @property
     def dead_letters_truncated(self) -> int:
@@ -124,6 +200,7 @@ class Daemon:
         """Run until ``stop``; raises StartError when the state cannot be restored."""
         self._worker = Worker(self.config, self.coordinator.ledger.replica,
                               self.discard_checkpoint)
+        self.pauses = PauseWatch()
         try:
             self.coordinator.export(self.owned)  # what was exported before a restart
             return self._consume(self._worker)
@@ -148,7 +225,7 @@ class Daemon:
                 self.turned = time.monotonic()
                 if source is None:
                     try:
-                        source = self.source = KafkaSource(self.config, self.fence)
+                        source = self.source = KafkaSource(self.config, self.rebalance)
                         self.connected = True
                         backoff = 1.0
                     except KafkaError as error:
@@ -167,6 +244,7 @@ class Daemon:
                 self.connected = source.connected()
                 # the worker processed the previous batch while this one was fetched
                 self._settle(source, worker)
+                self._check_membership(source, worker, batch)
                 waiting = self._follow_assignment(source, worker, batch)
                 waiting |= self._rewind(source, worker)
                 self._send(source, worker, batch, waiting)
@@ -179,6 +257,8 @@ class Daemon:
             if source is not None:
                 source.close()
             server.close()
+            if self.pauses is not None:
+                self.pauses.close()
         log.info("stopped")
         return 0
 
@@ -207,7 +287,7 @@ class Daemon:
         # partitions this replica exported before a restart and the group gave to another:
         # their counters stay (retired), their gauges and offline state are the other's now
         stale = set(self.coordinator.ledger.views) - current - self.owned - new
-        if stale and not self.fence.rebalancing:
+        if stale and not self.rebalance.rebalancing:
             self.coordinator.released(stale, self.owned)
             log.info("counted before the restart, now elsewhere: %s", _names(stale))
         if gone:
@@ -223,6 +303,11 @@ class Daemon:
         for tp, records in batch.items():  # not read yet, as far as the worker knows
             if (tp.topic, tp.partition) in new and records:
                 source.seek((tp.topic, tp.partition), records[0].offset)
+        generation = source.generation()
+        if generation is None or (self._fenced is not None and generation <= self._fenced):
+            source.pause(new)  # not a member of a stable generation yet: nothing is counted
+            return new
+        self.generation, self._fenced = generation, None
         answer = worker.request(Assign(frozenset(new)), Assigned)
         if answer is None:
             source.pause(new)
@@ -231,7 +316,9 @@ class Daemon:
         source.resume(new)
         recreated = set()
         for key, restored in answer.restored.items():
-            now = topic_id(source, key[0])
+            now = source.topic_id(key[0])
+            if now is not None:
+                self.topic_ids[key[0]] = now
             if restored.topic_id is not None and now is not None and now != restored.topic_id:
                 log.warning(
                     "%s/%d: the topic was deleted and created again (its id was %s, is %s); "
@@ -256,6 +343,50 @@ class Daemon:
         self._check_judgments_topic(source)
         return new
 
+    def _check_membership(self, source: KafkaSource, worker: Worker, batch: Records) -> None:
+        """Stop counting and exporting the partitions owned, before another record of them
+        is processed, when this replica may have lost them: the process stood still longer
+        than the session timeout allows (by its own clock), the consumer fell out of the group
+        (a heartbeat or commit was refused), or the group went through a generation without
+        it. The partitions are then given up at their last durable checkpoint, the consumer
+        rejoins, and whatever the new generation assigns is restored from the store."""
+        pause = self.pauses.take() if self.pauses is not None else 0.0
+        if not self.owned:
+            return
+        generation, member = source.membership()
+        reason = None
+        if pause >= self._pause_bound:
+            reason = (f"the process stood still for {pause:.1f} s, past what the session "
+                      f"timeout allows ({self._pause_bound:g} s)")
+        elif not member:
+            reason = "the consumer fell out of the group"
+        elif self.generation is not None and generation > self.generation + 1:
+            reason = (f"the group went from generation {self.generation} to {generation} "
+                      "without this replica")
+        elif self.generation is not None and generation == self.generation + 1:
+            self.generation = generation  # a rebalance this replica took part in
+        if reason is not None:
+            self.fence(source, worker, batch, reason)
+
+    def fence(self, source: KafkaSource, worker: Worker, batch: Records, reason: str) -> None:
+        """Give up every partition owned at its last durable checkpoint (what the group's
+        next owner restores) and rejoin the group."""
+        gone = set(self.owned)
+        log.warning("lost its group membership (%s): stopped counting and exporting %s; they "
+                    "are restored from their checkpoints when the group assigns them again",
+                    reason, _names(gone))
+        worker.send(Drop(frozenset(gone)))
+        for key in gone:
+            self.positions.pop(key, None)
+            self.lag.pop(key, None)
+        self.owned = set()
+        self.coordinator.released(gone, self.owned)
+        self._fenced = self.generation if self.generation is not None else -1
+        self.generation = None
+        for tp in batch:  # what was fetched is read again by whoever owns it
+            batch[tp] = []
+        source.rejoin()
+
     def _check_judgments_topic(self, source: KafkaSource) -> None:
         """Say once if the judgments topic has several partitions: the offline state
         belongs to one of them, and judged samples split over several are compared apart."""
@@ -273,7 +404,21 @@ class Daemon:
         """Partitions whose log ends below the offset the state reflects (the topic was
         deleted and created again, or truncated) are read again from their start."""
         rewound = set()
-        for key in source.assignment() & self.owned:
+        owned = source.assignment() & self.owned
+        for topic in {topic for topic, _ in owned}:
+            now, known = source.topic_id(topic), self.topic_ids.get(topic)
+            if now is not None and known is not None and now != known:
+                keys = {key for key in owned if key[0] == topic}
+                log.warning(
+                    "%s: the topic was deleted and created again while read (its id was %s, "
+                    "is %s); reading %s from the start", topic, known, now, _names(keys),
+                )
+                for key in keys:
+                    source.seek_to_beginning(key)
+                rewound |= keys
+            if now is not None:
+                self.topic_ids[topic] = now
+        for key in owned - rewound:
             highwater = source.highwater(key)
             if highwater is not None and highwater < self.positions.get(key, 0):
                 log.warning(
@@ -298,8 +443,25 @@ class Daemon:
             for tp, records in batch.items()
             if (tp.topic, tp.partition) in owned and records
         ]
+        if parts and source.dead_letters_full():
+            # the dead-letter topic does not take the copies: nothing more is read (or
+            # rejected) until it does, so that the copies held stay bounded
+            if not self._backlog_logged:
+                self._backlog_logged = True
+                log.warning("%d dead letters wait for the dead-letter topic (the most held): "
+                            "consumption paused until it acknowledges them",
+                            source.dead_letters_unacknowledged)
+            for tp, records in batch.items():
+                if records:
+                    source.seek((tp.topic, tp.partition), records[0].offset)
+            source.flush_dead_letters()
+            return
+        if self._backlog_logged and not source.dead_letters_full():
+            self._backlog_logged = False
+            log.info("the dead-letter topic acknowledged the copies held: consumption resumes")
         if parts:
-            worker.send(Process(parts, self._judgments_caught_up(source)))
+            horizon = self.clock.now() + self.config.sessions.max_future
+            worker.send(Process(parts, self._judgments_caught_up(source), horizon))
             self._in_flight = batch
             self._parts = [key for key, _, _ in parts]
             self._sent_at = time.monotonic()
@@ -325,7 +487,14 @@ class Daemon:
 
     def _checkpoint(self, source: KafkaSource, worker: Worker) -> None:
         self._settle(source, worker)
-        answer = self.coordinator.checkpoint(source, worker, self.fence, self.owned)
+        self._check_membership(source, worker, {})
+        answer = self.coordinator.checkpoint(
+            source, worker, self.rebalance, self.owned, self.generation
+        )
+        if self.coordinator.refused:  # the group no longer counts this replica a member
+            self.coordinator.refused = False
+            self.fence(source, worker, {}, "the group refused its offset commit")
+            return
         if answer is not None:
             self.positions.update((k, v) for k, v in answer.offsets.items() if k in self.owned)
 
@@ -339,7 +508,7 @@ class Daemon:
     def _measure_lag(self, source: KafkaSource) -> None:
         if self.owned:
             self._topics_have_partitions = True
-        elif not self.fence.rebalancing and time.monotonic() >= self._look_for_partitions:
+        elif not self.rebalance.rebalancing and time.monotonic() >= self._look_for_partitions:
             # a metadata request when a topic is unknown: now and then, not every turn
             self._topics_have_partitions = source.topics_have_partitions()
             self._look_for_partitions = time.monotonic() + 10.0
@@ -397,9 +566,9 @@ class Daemon:
         failing = self.coordinator.failing_for()
         if failing is not None:
             return f"no checkpoint for {failing:.0f} s: checkpoints are failing (see the log)"
-        if self.fence.rebalancing:
+        if self.rebalance.rebalancing:
             return "waiting for the consumer group to assign partitions"
-        restoring = self.fence.assigned - self.owned
+        restoring = self.rebalance.assigned - self.owned
         if restoring:
             return "restoring the state of " + _names(set(restoring))
         if not self.owned and self._topics_have_partitions:
@@ -422,6 +591,7 @@ class Daemon:
         return consumer_metrics(
             self.lag, self.connected, self.coordinator.durable_as_of,
             self.dead_lettered, self.coordinator.failures, self.dead_letters_truncated,
+            self.source.dead_letters_unacknowledged if self.source else 0, self.clock.jumps,
         )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from monitor.export import Export, check, combine
-from monitor.snapshots import require
+from monitor.snapshots import Int, require
 
 Key = tuple[str, int]
 """A source partition: (topic, partition)."""
@@ -33,6 +33,8 @@ class LedgerState:
     retired: Export
     bases: list[PartitionExport]
     views: list[PartitionExport]
+    dead_lettered: Int = 0
+    """Copies the dead-letter topic acknowledged, over every run of this replica."""
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Ledger:
     bases: dict[Key, Export] = field(default_factory=dict)
     views: dict[Key, Export] = field(default_factory=dict)
     """The newest durable view of each partition owned (or owned before a restart)."""
+    dead_lettered: int = 0
+    """Copies the dead-letter topic acknowledged, as of the last save."""
 
     def acquire(self, key: Key, view: Export, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:
@@ -85,6 +89,7 @@ class Ledger:
             self.replica, self.retired,
             [PartitionExport(*key, export) for key, export in sorted(self.bases.items())],
             [PartitionExport(*key, export) for key, export in sorted(self.views.items())],
+            self.dead_lettered,
         )
 
     @staticmethod
@@ -94,4 +99,5 @@ class Ledger:
         require(bases.keys() == views.keys(), "ledger: partitions without a base or a view")
         for figures in (state.retired, *bases.values(), *views.values()):
             check(figures)
-        return Ledger(state.replica, state.retired, bases, views)
+        require(state.dead_lettered >= 0, "ledger: a negative dead-letter count")
+        return Ledger(state.replica, state.retired, bases, views, state.dead_lettered)

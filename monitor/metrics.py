@@ -288,6 +288,7 @@ BUILD = {
 def consumer_metrics(
     lag: dict[tuple[str, int], int], connected: bool, checkpoint_time: float | None,
     dead_lettered: int, checkpoint_failures: int = 0, dead_letters_truncated: int = 0,
+    dead_letters_pending: int = 0, clock_jumps: int = 0,
 ) -> Iterator[Metric]:
     """The families only `searchmon run` has: Kafka consumer and checkpoint health."""
     families = GaugeMetricFamily(
@@ -322,4 +323,16 @@ def consumer_metrics(
         "searchmon_dead_letters_truncated",
         "Dead-letter copies cut to fit the producer's or the broker's size limit.",
         value=dead_letters_truncated,
+    )
+    yield GaugeMetricFamily(
+        "searchmon_dead_letters_pending",
+        "Dead-letter copies held until the dead-letter topic acknowledges them (bounded: "
+        "consumption pauses at the most).",
+        value=dead_letters_pending,
+    )
+    yield CounterMetricFamily(
+        "searchmon_clock_jumps",
+        "Steps back of the wall clock (future timestamps are judged against the clock "
+        "before the step).",
+        value=clock_jumps,
     )

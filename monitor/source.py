@@ -23,10 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
-from kafka.errors import IllegalStateError, KafkaError, MessageSizeTooLargeError
+from kafka.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    IllegalStateError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
 from kafka.future import Future
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.structs import OffsetAndMetadata, TopicPartition
+from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
 
 from monitor.config import Config
 from monitor.merge import Key
@@ -41,7 +50,17 @@ FETCH_SILENCE = 30.0
 MAX_COPY_BYTES = 1_048_576
 """The dead-letter producer's ``max_request_size`` (kafka-python's default; below the
 broker's default ``message.max.bytes``, 1048588): larger copies are cut to fit."""
+FENCED = (CommitFailedError, IllegalGenerationError, UnknownMemberIdError,
+          RebalanceInProgressError, FencedInstanceIdError)
+"""Commit errors that say this consumer no longer holds its partitions in the generation
+it committed under."""
 FLUSH_SECONDS = 10.0
+MAX_PENDING_COPIES = 10_000
+MAX_PENDING_BYTES = 64 << 20
+"""The most dead-letter copies (and bytes) held unacknowledged before consumption pauses."""
+METADATA_MAX_AGE_MS = 30_000
+"""How stale the consumer's metadata may get: a topic deleted and created again while it is
+read is noticed by its new id within this."""
 """How long a checkpoint waits for the dead letters to be acknowledged."""
 
 
@@ -142,6 +161,7 @@ class KafkaSource:
             client_id="searchmon",
             # fetch-rate over the last 20 s: a broker that stops answering shows within 40 s
             metrics_sample_window_ms=10_000, metrics_num_samples=2,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             **options,
         )
         self._fetched: tuple[frozenset[Key], float] = (frozenset(), time.monotonic())
@@ -244,6 +264,17 @@ class KafkaSource:
     def dead_letters_unacknowledged(self) -> int:
         """Copies sent and not yet acknowledged by the dead-letter topic."""
         return len(self._unacknowledged)
+
+    def dead_letters_full(self) -> bool:
+        """Whether the copies held for the dead-letter topic reached ``MAX_PENDING_COPIES``
+        or ``MAX_PENDING_BYTES``: the daemon then reads nothing more until they are
+        acknowledged."""
+        self._settle_copies()
+        if len(self._unacknowledged) >= MAX_PENDING_COPIES:
+            return True
+        held = sum(len(letter.value or b"") + len(letter.key or b"")
+                   for letter, _ in self._unacknowledged)
+        return held >= MAX_PENDING_BYTES
 
     def dead_letter(self, records: Records, letters: Iterable[tuple[Key, int, str, str]]) -> int:
         """Send copies of the rejected records among ``records`` to the dead-letter topic
@@ -366,17 +397,60 @@ class KafkaSource:
             return
         with contextlib.suppress(KafkaError):  # nothing of ours is in flight in it
             old.close(timeout=1)
-    def commit(self, offsets: dict[Key, int]) -> None:
+    def generation(self) -> int | None:
+        """The group generation this consumer is a member of, while the group is stable;
+        None while it is joining or rebalancing, or after it fell out of the group."""
+        metadata = self.consumer.group_metadata()  # public since kafka-python 3
+        generation = int(metadata.generation_id)
+        return generation if metadata.state == MemberState.STABLE and generation >= 0 else None
+
+    def topic_id(self, topic: str) -> str | None:
+        """The id the brokers' metadata gives ``topic`` (Kafka 2.8 and later), as of the
+        consumer's latest metadata (refreshed every ``METADATA_MAX_AGE_MS`` at most); None
+        when unknown. kafka-python keeps it in its cluster metadata only, which it does not
+        expose: ``tests/test_faults.py`` fails should that attribute change."""
+        try:
+            found = self.consumer._client.cluster.topic_id(topic)
+        except AttributeError:
+            return None
+        return str(found) if found is not None and found.int != 0 else None
+
+    def membership(self) -> tuple[int, bool]:
+        """The group generation this consumer holds, and whether it is a member at all
+        (False once a heartbeat or commit told it that it fell out of the group)."""
+        metadata = self.consumer.group_metadata()
+        generation = int(metadata.generation_id)
+        return generation, generation >= 0 and metadata.state != MemberState.UNJOINED
+
+    def rejoin(self) -> None:
+        """Leave the group and join it again: a new generation, whose assignment the daemon
+        then restores (a replica that may have lost its partitions rejoins even when the
+        group has not noticed yet)."""
+        kafka = self.config.kafka
+        self.fence.rebalancing = True
+        self.consumer.unsubscribe()
+        self.consumer.subscribe([kafka.events_topic, kafka.judgments_topic], listener=self.fence)
+
+    def commit(self, offsets: dict[Key, int]) -> bool:
+        """Commit ``offsets``; False when the group refused them because this consumer is no
+        longer a member of the generation it holds them under (its partitions may be
+        another's now). Other failures are logged: the checkpoint is durable, the next commit
+        catches up."""
         if not offsets:
-            return
+            return True
         try:  # bounded: while the brokers are away the loop must keep going
             self.consumer.commit(
                 {TopicPartition(*key): OffsetAndMetadata(offset, "", -1)
                  for key, offset in offsets.items()},
                 timeout_ms=5000,
             )
-        except KafkaError as error:  # the checkpoint is durable; the next commit catches up
+        except FENCED as error:
+            log.warning("offset commit refused (%s): no longer a member of the group's "
+                        "generation", type(error).__name__)
+            return False
+        except KafkaError as error:
             log.warning("offset commit failed: %s", error)
+        return True
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)

@@ -108,6 +108,9 @@ class Process:
     parts: list[Part]
     judgments_caught_up: bool
     """No judgment waits in the judgments topic: samples may complete on live event time."""
+    horizon: float | None = None
+    """Events stamped later than this are rejected (``future_timestamp``); None: this
+    machine's clock plus ``max_future``."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,9 @@ class Checkpoint:
     topic_ids: dict[str, str] = field(default_factory=dict)
     """The brokers' topic ids (where they give them), kept in the checkpoints: a topic
     deleted and created again is then recognised by its new id."""
+    generation: int = -1
+    """The consumer group generation the partitions are held under (kept in the
+    checkpoints: a restore prefers the highest)."""
 
 
 @dataclass(frozen=True)
@@ -221,15 +227,15 @@ class PartitionStates:
 
     def handle(self, request: Request) -> Answer | None:
         match request:
-            case Process(parts, caught_up):
-                return Processed(self.process(parts, caught_up), dict(self.offsets))
+            case Process(parts, caught_up, horizon):
+                return Processed(self.process(parts, caught_up, horizon), dict(self.offsets))
             case Assign(keys):
                 return Assigned(self.assign(set(keys)), dict(self.offsets))
             case Rewind(keys):
                 self.rewind(set(keys))
                 return Rewound(dict(self.offsets))
-            case Checkpoint(keys, topic_ids):
-                written, written_at = self.checkpoint(set(keys), topic_ids)
+            case Checkpoint(keys, topic_ids, generation):
+                written, written_at = self.checkpoint(set(keys), topic_ids, generation)
                 return Checkpointed(written, written_at, dict(self.offsets), self.queries())
             case Drop(keys):
                 self.drop(set(keys))
@@ -304,12 +310,14 @@ class PartitionStates:
 
     # --- records and checkpoints -----------------------------------------------------------
 
-    def process(self, parts: list[Part], judgments_caught_up: bool) -> list[Letter]:
+    def process(
+        self, parts: list[Part], judgments_caught_up: bool, horizon: float | None = None
+    ) -> list[Letter]:
         letters: list[Letter] = []
         offsets, units = self.offsets, self.units
         owner = units[self.offline] if self.offline is not None else None
-        # events stamped further ahead of this machine's clock than max_future are rejected
-        horizon = time.time() + self.config.sessions.max_future
+        if horizon is None:  # events stamped further ahead than max_future are rejected
+            horizon = time.time() + self.config.sessions.max_future
         at = self.position
         for number, (key, numbers, values) in enumerate(parts):
             pipeline = units.get(key)
@@ -345,7 +353,7 @@ class PartitionStates:
         return letters
 
     def checkpoint(
-        self, keys: set[Key], topic_ids: dict[str, str] | None = None
+        self, keys: set[Key], topic_ids: dict[str, str] | None = None, generation: int = -1
     ) -> tuple[dict[Key, tuple[int, Export]], float]:
         """Make the state of ``keys`` that changed durable; returns their offsets and
         exported views (nothing is written when nothing changed)."""
@@ -355,10 +363,10 @@ class PartitionStates:
         self.store.save({
             key: codec.encode("unit", UnitState(
                 key[0], key[1], self.offsets[key], written_at, self.replica, self.fingerprint,
-                self.units[key].snapshot(), ids.get(key[0]),
+                self.units[key].snapshot(), ids.get(key[0]), generation,
             ))
             for key in sorted(changed)
-        })
+        }, generation)
         self.dirty -= changed
         return {key: (self.offsets[key], export(self.units[key])) for key in changed}, written_at
 

@@ -821,3 +821,51 @@ def test_no_single_message_stops_the_daemon(tmp_path: Path, broker: Broker) -> N
         reason = dict(letter.headers)["searchmon.reason"].decode()
         got[reason] = got.get(reason, 0) + 1
     assert got == reasons
+
+
+def test_a_paused_replica_stops_counting_and_the_sums_stay_exact(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """Two replicas on the changelog store; one is frozen (SIGSTOP, its state process too)
+    past the session timeout while traffic flows. The other takes its partitions over and
+    counts the traffic; the frozen one, resumed, has lost its membership: it stops counting
+    those partitions before another record, rejoins and restores. The sums over the replicas
+    equal one pipeline per partition, also once the group has settled again."""
+    broker.create_topics({"paused-events": 4, "paused-judgments": 1})
+    stream = generated(17, 30)
+    first, second, third = stream[:len(stream) // 3], stream[len(stream) // 3:
+                                                             2 * len(stream) // 3], stream[
+        2 * len(stream) // 3:]
+    broker.produce("paused-events", first)
+    daemons, ports = start_replicas(tmp_path, broker, "paused")
+    try:
+        a, b = wait_until_shared(ports, len(first))
+        assert 0 < a["searchmon_events_read_total"] < len(first), "both replicas have a share"
+        frozen = [daemons[0].pid, *children(daemons[0].pid)]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            took = log_of(tmp_path / "b").count("took over")
+            deadline = time.monotonic() + 60
+            while log_of(tmp_path / "b").count("took over") == took:
+                assert time.monotonic() < deadline, "the other replica takes the partitions"
+                time.sleep(0.2)
+            broker.produce("paused-events", second)
+            deadline = time.monotonic() + 60
+            while True:  # the survivor has read every partition to its end
+                values = scrape(ports[1])
+                lags = [v for k, v in values.items() if k.startswith("searchmon_consumer_lag{")]
+                if len(lags) == 5 and not any(lags):
+                    break
+                assert time.monotonic() < deadline, lags
+                time.sleep(0.2)
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        broker.produce("paused-events", third)
+        a, b = wait_until_shared(ports, len(stream))
+        want = counts_of(expected(read_back(broker, "paused-events", 4)))
+        assert add(online_counts(a), online_counts(b)) == want
+    finally:
+        stop_all(daemons)
+    assert "lost its group membership" in log_of(tmp_path / "a")

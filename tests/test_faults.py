@@ -345,3 +345,44 @@ def test_a_stalled_batch_is_reported_and_sigterm_stops_the_state_process_with_it
         daemon.wait(timeout=30)
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers),
              "the state process ends with the daemon", seconds=10)
+
+
+def test_a_judgments_topic_recreated_while_read_is_read_again_from_its_start(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """The judgments topic is deleted, created again and filled past the offset the daemon
+    had reached, while the daemon runs: its new id is noticed in the metadata, and the new
+    log is read from its start (no judged message skipped, none counted twice)."""
+    import json
+
+    from tests.events import stamp
+
+    topic = f"live-{uuid.uuid4().hex[:8]}"
+    judgments = f"{topic}-judgments"
+    broker.create_topics({topic: 1, judgments: 1})
+
+    def qrels(prefix: str, count: int) -> list[tuple[bytes, bytes]]:
+        return [(b"q", json.dumps({
+            "type": "qrels", "timestamp": stamp(i), "query_text": f"{prefix} {i}",
+            "labels": {"d1": 1},
+        }).encode()) for i in range(count)]
+
+    first = broker.produce(judgments, qrels("first", 20))
+    port = free_port()
+    daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
+                          kafka=f'events_topic = "{topic}"\njudgments_topic = "{judgments}"\n')
+    try:
+        wait_until_read(port, first)
+        admin = KafkaAdminClient(bootstrap_servers=broker.address)
+        try:
+            admin.delete_topics([judgments])
+            wait_for(lambda: judgments not in admin.list_topics(), "deleted")
+            broker.create_topics({judgments: 1})
+        finally:
+            admin.close()
+        second = broker.produce(judgments, qrels("second", 30))
+        values = wait_until_read(port, first + second, seconds=90)
+        assert values["searchmon_judged_messages_total"] == first + second
+    finally:
+        stop(daemon)
+    assert "deleted and created again" in log_of(tmp_path)

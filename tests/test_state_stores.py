@@ -168,3 +168,47 @@ def test_no_secret_is_written_with_the_state(tmp_path: Path) -> None:
     ledger.acquire(("events", 0), counters_of(pipeline), None)
     for data in (encode(pipeline, 0), codec.encode("ledger", ledger.snapshot())):
         assert b"hunter2-secret" not in data and b"/etc/secret" not in data
+
+
+def test_a_restore_takes_the_checkpoint_of_the_highest_group_generation(broker: Broker) -> None:
+    """A replica that lost its membership may still write a checkpoint under the generation
+    it held: a restore ignores it when a newer generation's owner wrote one, in whatever
+    order the changelog holds them; a manifest of the format before generations is read."""
+    config = kafka_config(broker)
+    key = ("events", 0)
+    owner, fenced = KafkaStore(config), KafkaStore(config)
+    owner.load({key})
+    fenced.load({key})
+    legacy = KafkaProducer(bootstrap_servers=broker.address)
+    chunk = encode(pipeline_with(5), 5, 1.0, "old")
+    legacy.send(owner.topic, key=b"c/events/0/legacy/0", value=chunk, partition=0)
+    legacy.send(owner.topic, key=b"m/events/0",
+                value=b'{"generation": "legacy", "chunks": 1}', partition=0)
+    legacy.flush()
+    legacy.close()
+    assert decode_unit(KafkaStore(config).load({key})[key], "t").writer == "old"
+    fenced.save({key: encode(pipeline_with(10), 10, 2.0, "fenced")}, generation=3)
+    owner.save({key: encode(pipeline_with(20), 20, 3.0, "owner")}, generation=4)
+    fenced.save({key: encode(pipeline_with(30), 30, 4.0, "fenced")}, generation=3)  # late
+    fenced.close()
+    owner.close()
+    restored = decode_unit(KafkaStore(config).load({key})[key], "t")
+    assert (restored.writer, restored.offset) == ("owner", 20)
+
+
+def test_checkpoints_and_the_ledger_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    import os
+
+    from monitor.checkpoint import write_file
+
+    store = DirStore(tmp_path / "state")
+    store.save({("events", 0): encode(pipeline_with(2), 2)})
+    write_file(tmp_path / "state" / "ledger.bin", b"ledger")
+    stale = tmp_path / "state" / "other.bin.tmp"
+    stale.write_bytes(b"left by a crash")
+    stale.chmod(0o666)
+    write_file(tmp_path / "state" / "other.bin", b"x")
+    for path in (store.path(("events", 0)), tmp_path / "state" / "ledger.bin",
+                 tmp_path / "state" / "other.bin"):
+        assert os.stat(path).st_mode & 0o777 == 0o600, path
+    assert os.stat(store.path(("events", 0)).parent).st_mode & 0o077 == 0
