@@ -149,7 +149,11 @@ class CheckpointCoordinator:
         """Counters: everything this replica counted; gauges: the partitions it owns; the
         offline gauges: those of the judgments partition it holds, also before a restart's
         restore (so alerts on them neither resolve nor fire again because of it)."""
-        self.exported = self.ledger.exported(owned, offline_key(self.ledger.views, self.config))
+        classes = self.config.query_classes
+        self.exported = self.ledger.exported(
+            owned, offline_key(self.ledger.views, self.config),
+            None if classes.names else classes.max_query_classes,
+        )
 
     def _save(self) -> bool:
         """Write the ledger; False (logged, counted, retried at the next checkpoint) when

@@ -23,12 +23,13 @@ move between replicas.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from kafka.errors import KafkaError
 from prometheus_client import ProcessCollector
@@ -54,6 +55,7 @@ from monitor.worker import (
     Rewound,
     StartError,
     Worker,
+    WorkerFailed,
 )
 
 log = logging.getLogger(__name__)
@@ -154,6 +156,8 @@ class Daemon:
         self._sent_at = 0.0
         self._stall_logged = False
         self._backlog_logged = False
+        self._assigning: frozenset[Key] | None = None
+        """Partitions being restored by the state process (its answer not read yet)."""
         self._restore_after = 0.0
         self._started: float | None = time.monotonic()
         self._topics_have_partitions = False
@@ -246,12 +250,14 @@ class Daemon:
                 self._settle(source, worker)
                 self._check_membership(source, worker, batch)
                 waiting = self._follow_assignment(source, worker, batch)
-                waiting |= self._rewind(source, worker)
+                if self._assigning is None:
+                    waiting |= self._rewind(source, worker)
                 self._send(source, worker, batch, waiting)
                 self._measure_lag(source)
-                if self.coordinator.due():
+                if self.coordinator.due() and self._assigning is None:
                     self._checkpoint(source, worker)
             if source is not None:
+                self._abandon_restore(worker)
                 self._checkpoint(source, worker)
         finally:
             if source is not None:
@@ -298,21 +304,49 @@ class Daemon:
             self.owned -= gone
             self.coordinator.released(gone, self.owned)
             log.info("gave up %s", _names(gone))
+        if self._assigning is not None:
+            # a restore in progress: nothing is processed meanwhile (the state process works
+            # on it), and the loop keeps polling, so a rebalance goes on without waiting
+            _hold(source, batch, current)
+            if not worker.answered():
+                return current
+            restored, self._assigning = self._assigning, None
+            try:
+                answer = worker.expect(Assigned)
+            except WorkerFailed as failure:
+                log.warning("restoring %s failed: %s", _names(restored), failure)
+                source.pause(restored)
+                self._restore_after = time.monotonic() + 2.0
+                return current
+            self._acquired(source, worker, restored, answer)
+            return current  # this turn's records were fetched before the restore: read again
         if not new or time.monotonic() < self._restore_after:
             return new
-        for tp, records in batch.items():  # not read yet, as far as the worker knows
-            if (tp.topic, tp.partition) in new and records:
-                source.seek((tp.topic, tp.partition), records[0].offset)
+        _hold(source, batch, new)  # not read yet, as far as the worker knows
         generation = source.generation()
         if generation is None or (self._fenced is not None and generation <= self._fenced):
             source.pause(new)  # not a member of a stable generation yet: nothing is counted
             return new
         self.generation, self._fenced = generation, None
-        answer = worker.request(Assign(frozenset(new)), Assigned)
-        if answer is None:
-            source.pause(new)
-            self._restore_after = time.monotonic() + 2.0
-            return new
+        worker.send(Assign(frozenset(new)))
+        self._assigning = frozenset(new)
+        source.pause(new)
+        _hold(source, batch, current)
+        return current
+
+    def _acquired(
+        self, source: KafkaSource, worker: Worker, new: frozenset[Key], answer: Assigned
+    ) -> None:
+        """Take over the partitions restored that the group still assigns."""
+        still = new & source.assignment()
+        if still != new:
+            worker.send(Drop(new - still))
+            log.info("%s went to another member while restored", _names(set(new - still)))
+            answer = Assigned(
+                {k: r for k, r in answer.restored.items() if k in still},
+                {k: o for k, o in answer.offsets.items() if k in still},
+            )
+            new = still
         source.resume(new)
         recreated = set()
         for key, restored in answer.restored.items():
@@ -341,7 +375,16 @@ class Daemon:
         log.info("took over %s", _names(new))
         self.owned = owned  # /readyz: ready from here on
         self._check_judgments_topic(source)
-        return new
+
+    def _abandon_restore(self, worker: Worker) -> None:
+        """Wait for a restore in progress and give its partitions up unused (the replica
+        stops, or lost its membership)."""
+        if self._assigning is None:
+            return
+        keys, self._assigning = self._assigning, None
+        with contextlib.suppress(WorkerFailed):
+            worker.expect(Assigned)
+        worker.send(Drop(keys))
 
     def _check_membership(self, source: KafkaSource, worker: Worker, batch: Records) -> None:
         """Stop counting and exporting the partitions owned, before another record of them
@@ -371,6 +414,7 @@ class Daemon:
     def fence(self, source: KafkaSource, worker: Worker, batch: Records, reason: str) -> None:
         """Give up every partition owned at its last durable checkpoint (what the group's
         next owner restores) and rejoin the group."""
+        self._abandon_restore(worker)
         gone = set(self.owned)
         log.warning("lost its group membership (%s): stopped counting and exporting %s; they "
                     "are restored from their checkpoints when the group assigns them again",
@@ -595,6 +639,13 @@ class Daemon:
         )
 
 
+def _hold(source: KafkaSource, batch: Records, keys: set[Key]) -> None:
+    """The records of ``keys`` in ``batch`` are not processed now: read them again."""
+    for tp, records in batch.items():
+        if records and (tp.topic, tp.partition) in keys:
+            source.seek((tp.topic, tp.partition), records[0].offset)
+
+
 def _give_up() -> None:
     log.warning("still stopping after %.1f s (a Kafka call is blocked); exiting now, the "
                 "state is durable as of the last checkpoint", STOP_GRACE)
@@ -602,5 +653,5 @@ def _give_up() -> None:
     os._exit(0)
 
 
-def _names(keys: set[Key]) -> str:
+def _names(keys: Iterable[Key]) -> str:
     return ", ".join(f"{topic}/{number}" for topic, number in sorted(keys))

@@ -13,10 +13,10 @@ the query class alone; a new dimension is a new label in the tuple, not a new co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
-from monitor.classes import ALL
+from monitor.classes import ALL, OTHER
 from monitor.events import Reason
 from monitor.judged import OVERALL, SCORE_BUCKETS, SOURCES
 from monitor.online import OnlineCounters
@@ -269,6 +269,26 @@ def combine(
         skipped_scores=skipped, open_sessions=open_sessions, newest=newest,
         watermark=watermark, offline=offline.offline if offline is not None else None,
     )
+
+
+def fold_classes(figures: Export, kept: Collection[str]) -> Export:
+    """``figures`` with the online and judged-score counters of every query class outside
+    ``kept`` (besides ``other`` and ``all``) added to ``other``: a replica's label values stay
+    within its class bound however many partitions learned their classes apart."""
+    def folded(values: Slice) -> Slice:
+        name = values[0]
+        return values if name in kept or name in (OTHER, ALL) else (OTHER, *values[1:])
+
+    if all(folded(part.slice) == part.slice for part in figures.slices) and all(
+        folded(score.slice) == score.slice for score in figures.scores
+    ):
+        return figures
+    renamed = replace(
+        figures,
+        slices=tuple(replace(part, slice=folded(part.slice)) for part in figures.slices),
+        scores=tuple(replace(score, slice=folded(score.slice)) for score in figures.scores),
+    )
+    return combine([(renamed, 1)], live=[renamed], offline=renamed)
 
 
 def _latest(a: float | None, b: float | None) -> float | None:

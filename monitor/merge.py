@@ -13,7 +13,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.export import Export, check, combine
+from monitor.classes import OTHER
+from monitor.export import Export, check, combine, fold_classes
 from monitor.snapshots import Int, require
 
 Key = tuple[str, int]
@@ -35,6 +36,8 @@ class LedgerState:
     views: list[PartitionExport]
     dead_lettered: Int = 0
     """Copies the dead-letter topic acknowledged, over every run of this replica."""
+    classes: list[str] = field(default_factory=list)
+    """The query classes this replica exports as label values, in the order admitted."""
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Ledger:
     """The newest durable view of each partition owned (or owned before a restart)."""
     dead_lettered: int = 0
     """Copies the dead-letter topic acknowledged, as of the last save."""
+    classes: list[str] = field(default_factory=list)
+    """The query classes exported as label values (``exported``'s ``limit``)."""
 
     def acquire(self, key: Key, view: Export, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:
@@ -71,25 +76,40 @@ class Ledger:
         if view is not None and base is not None:
             self.retired = combine([(self.retired, 1), (view, 1), (base, -1)])
 
-    def exported(self, owned: Iterable[Key], offline: Key | None) -> Export:
+    def exported(
+        self, owned: Iterable[Key], offline: Key | None, limit: int | None = None
+    ) -> Export:
         """Counters: everything this replica counted; gauges: the partitions it owns now;
         offline gauges: those of ``offline``, kept through restarts and rebalances until
-        another replica takes that partition."""
+        another replica takes that partition. With ``limit`` (classes learned from the
+        data), at most that many query classes are label values: each partition learns its
+        own first ones, so the replica admits classes as they first show, up to ``limit``,
+        and adds the counters of any other to ``other`` (for good: counters stay
+        monotonic)."""
         keys = sorted(self.views)
         live = set(owned)
-        return combine(
+        figures = combine(
             [(self.retired, 1), *((self.views[k], 1) for k in keys),
              *((self.bases[k], -1) for k in keys)],
             live=[self.views[k] for k in keys if k in live],
             offline=self.views.get(offline) if offline is not None else None,
         )
+        if limit is None:
+            return figures
+        admitted = set(self.classes)
+        for name in sorted({part.slice[0] for part in figures.slices} - admitted - {OTHER}):
+            if len(self.classes) >= limit:
+                break
+            self.classes.append(name)
+            admitted.add(name)
+        return fold_classes(figures, admitted)
 
     def snapshot(self) -> LedgerState:
         return LedgerState(
             self.replica, self.retired,
             [PartitionExport(*key, export) for key, export in sorted(self.bases.items())],
             [PartitionExport(*key, export) for key, export in sorted(self.views.items())],
-            self.dead_lettered,
+            self.dead_lettered, list(self.classes),
         )
 
     @staticmethod
@@ -100,4 +120,5 @@ class Ledger:
         for figures in (state.retired, *bases.values(), *views.values()):
             check(figures)
         require(state.dead_lettered >= 0, "ledger: a negative dead-letter count")
-        return Ledger(state.replica, state.retired, bases, views, state.dead_lettered)
+        return Ledger(state.replica, state.retired, bases, views, state.dead_lettered,
+                      list(state.classes))

@@ -869,3 +869,48 @@ def test_a_paused_replica_stops_counting_and_the_sums_stay_exact(
     finally:
         stop_all(daemons)
     assert "lost its group membership" in log_of(tmp_path / "a")
+
+
+def test_a_restore_in_progress_does_not_hold_up_the_group(tmp_path: Path, broker: Broker) -> None:
+    """Replica a's state process is stopped (SIGSTOP) before the group assigns it anything,
+    so its first restore never ends. Replica b joins meanwhile: a keeps polling, takes part
+    in the rebalance and stays a member past max_poll_interval_ms, so b keeps a share of the
+    partitions instead of taking all of them once a is timed out of the group. Resumed, a
+    restores and the sums are exact."""
+    broker.create_topics({"slow-events": 4, "slow-judgments": 1})
+    stream = generated(23, 10)
+    broker.produce("slow-events", stream)
+    group = f"g-{uuid.uuid4().hex}"
+    kafka = 'events_topic = "slow-events"\njudgments_topic = "slow-judgments"\n'
+    state = 'store = "kafka"\nchangelog_replication_factor = 1\n'
+    ports = [free_port(), free_port()]
+    first = start_daemon(tmp_path / "a", broker, group, ports[0], kafka, state)
+    daemons = [first]
+    try:
+        deadline = time.monotonic() + 30
+        while "serving http" not in log_of(tmp_path / "a"):  # the state process is ready
+            assert time.monotonic() < deadline, "a starts"
+            time.sleep(0.01)
+        (frozen,) = children(first.pid)
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            daemons.append(start_daemon(tmp_path / "b", broker, group, ports[1], kafka, state))
+            deadline = time.monotonic() + 90
+            while "took over" not in log_of(tmp_path / "b"):
+                assert time.monotonic() < deadline, "b takes over partitions"
+                time.sleep(0.2)
+            taken = log_of(tmp_path / "b").split("took over", 1)[1].splitlines()[0]
+            assert taken.count("/") < 5, f"a took part in the rebalance: {taken}"
+            # the restore lasts longer than max_poll_interval_ms: a replica that stopped
+            # polling for it would now be timed out of the group, and b take everything
+            held = time.monotonic() + FAST_GROUP["max_poll_interval_ms"] / 1000 + 4
+            while time.monotonic() < held:
+                time.sleep(0.2)
+            assert log_of(tmp_path / "b").count("took over") == 1, "a is still a member"
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        a, b = wait_until_shared(ports, len(stream))
+        want = counts_of(expected(read_back(broker, "slow-events", 4)))
+        assert add(online_counts(a), online_counts(b)) == want
+    finally:
+        stop_all(daemons)

@@ -212,3 +212,29 @@ def test_checkpoints_and_the_ledger_are_readable_by_their_owner_only(tmp_path: P
                  tmp_path / "state" / "other.bin"):
         assert os.stat(path).st_mode & 0o777 == 0o600, path
     assert os.stat(store.path(("events", 0)).parent).st_mode & 0o077 == 0
+
+
+def test_a_replica_exports_at_most_max_query_classes_however_many_partitions_learn_them(
+) -> None:
+    """Three partitions learn 20 classes each, all different: the replica exports the first
+    20 it sees as label values and the other 40 in ``other``, with every count kept; the
+    admitted set only grows (counters stay monotonic)."""
+    config = Config()
+    ledger = Ledger()
+    totals = 0
+    for number in range(3):
+        pipeline = Pipeline(config)
+        for i in range(25):
+            event = query(f"p{number}-{i}", float(i), f"s{number}-{i}", f"q{i}",
+                          klass=f"class-{number}-{i:02d}")
+            assert pipeline.feed(event) is None
+        totals += 25
+        ledger.acquire(("events", number), Export(), None)
+        ledger.update(("events", number), export(pipeline))
+        figures = ledger.exported({("events", n) for n in range(number + 1)}, None, 20)
+        names = [part.slice[0] for part in figures.slices]
+        assert len(names) == len(set(names)) <= 21 and "other" in names
+        assert sum(part.count("queries") for part in figures.slices) == totals
+    assert ledger.classes == [f"class-0-{i:02d}" for i in range(20)]
+    restored = Ledger.restore(ledger.snapshot())
+    assert restored.classes == ledger.classes
