@@ -37,8 +37,8 @@ from monitor.heavy import (
     HeavyQueries,
     HeavyQueriesState,
     Redaction,
+    Redactions,
     merge_many,
-    redact,
 )
 from monitor.snapshots import Float, Int, require, same_lengths
 
@@ -50,10 +50,13 @@ LISTS = ("searches", "zero_results", "no_clicks", "low_ctr")
 BUILT_IN = {"email": EMAIL, "digits": DIGITS}
 
 
-def redactions(config: QueryListsConfig) -> tuple[Redaction, ...]:
-    return (
-        *(BUILT_IN[name] for name in config.redact),
-        *(Redaction(re.compile(p), "<redacted>") for p in config.redact_patterns),
+def redactions(config: QueryListsConfig) -> Redactions:
+    """The built-in redactions, then the configured patterns (each match ``<redacted>``),
+    keys cut at ``MAX_KEY``: the patterns see the first ``2 * MAX_KEY`` characters."""
+    return Redactions(
+        tuple(BUILT_IN[name] for name in config.redact),
+        tuple(Redaction(re.compile(p), "<redacted>") for p in config.redact_patterns),
+        MAX_KEY,
     )
 
 
@@ -189,7 +192,7 @@ class QueryLists:
         """``text`` as the lists keep it: normalised, redacted, at most ``MAX_KEY`` chars."""
         key = self._keys.get(text)
         if key is None:
-            key = redact(normalise(text), self._redactions)[:MAX_KEY]
+            key = self._redactions.apply(normalise(text))
             if len(self._keys) >= 65536:
                 self._keys.clear()
             self._keys[text] = key
