@@ -306,9 +306,10 @@ class QueryListsConfig(Section):
     """Searches a query needs (in the window) to be ranked in the lowest-CTR list."""
     redact: list[Literal["email", "digits"]] = ["email", "digits"]
     """Built-in redactions applied to query text before anything is kept: e-mail addresses
-    (``<email>``), runs of six or more digits (``<digits>``)."""
+    (``<email>``), runs of six or more digits (``<digits>``); README: "Query lists"."""
     redact_patterns: list[str] = []
-    """More regular expressions; each match becomes ``<redacted>``."""
+    """More regular expressions; each match becomes ``<redacted>``. They run after the
+    built-in ones, on the first 400 characters those left (keys are cut at 200)."""
 
     @field_validator("windows")
     @classmethod

@@ -37,8 +37,8 @@ from monitor.heavy import (
     HeavyQueries,
     HeavyQueriesState,
     Redaction,
+    Redactions,
     merge_many,
-    redact,
 )
 from monitor.snapshots import Float, Int, require, same_lengths
 
@@ -46,14 +46,20 @@ BUCKETS = 4
 """Time buckets per window."""
 MAX_KEY = 200
 """Characters of a query kept (normalised, redacted): a longer one is cut there."""
+MEMO_TEXT = 2 * MAX_KEY
+"""The longest text whose key is memoised: the memo holds none of the long texts an event
+may carry (up to a mebibyte each); theirs are made anew each time."""
 LISTS = ("searches", "zero_results", "no_clicks", "low_ctr")
 BUILT_IN = {"email": EMAIL, "digits": DIGITS}
 
 
-def redactions(config: QueryListsConfig) -> tuple[Redaction, ...]:
-    return (
-        *(BUILT_IN[name] for name in config.redact),
-        *(Redaction(re.compile(p), "<redacted>") for p in config.redact_patterns),
+def redactions(config: QueryListsConfig) -> Redactions:
+    """The built-in redactions, then the configured patterns (each match ``<redacted>``),
+    keys cut at ``MAX_KEY``: the patterns see the first ``2 * MAX_KEY`` characters."""
+    return Redactions(
+        tuple(BUILT_IN[name] for name in config.redact),
+        tuple(Redaction(re.compile(p), "<redacted>") for p in config.redact_patterns),
+        MAX_KEY,
     )
 
 
@@ -183,16 +189,18 @@ class QueryLists:
         self._arrivals: dict[int, _Batch] = {}
         self._outcomes: dict[int, _Batch] = {}
         self._keys: dict[str, str] = {}
-        """A bounded memo of text -> key (normalising and redacting costs a few us)."""
+        """A bounded memo of text (up to ``MEMO_TEXT`` chars) -> key (normalising and
+        redacting costs a few us)."""
 
     def key(self, text: str) -> str:
         """``text`` as the lists keep it: normalised, redacted, at most ``MAX_KEY`` chars."""
         key = self._keys.get(text)
         if key is None:
-            key = redact(normalise(text), self._redactions)[:MAX_KEY]
-            if len(self._keys) >= 65536:
-                self._keys.clear()
-            self._keys[text] = key
+            key = self._redactions.apply(normalise(text))
+            if len(text) <= MEMO_TEXT:
+                if len(self._keys) >= 65536:
+                    self._keys.clear()
+                self._keys[text] = key
         return key
 
     def searched(

@@ -6,7 +6,10 @@ import bisect
 import itertools
 import random
 import re
+import sys
+import time
 import tracemalloc
+import unicodedata
 from collections import Counter
 from dataclasses import replace
 
@@ -15,11 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.heavy import (
+    AT_SIGNS,
+    DASHES,
     DEFAULT_REDACTIONS,
+    DOTS,
+    EMAIL,
+    LOCAL_MARKS,
     HeavyQueries,
     HeavyQueriesState,
     Item,
     Redaction,
+    Redactions,
     SpaceSaving,
     SpaceSavingState,
     merge_many,
@@ -342,25 +351,194 @@ def test_session_hash_is_pinned() -> None:
     assert session_hash("") == 0
 
 
+# --- redaction ------------------------------------------------------------------------------
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("cheap flights berlin", "cheap flights berlin"),
+        ("", ""),
+        # e-mail addresses
         ("mail jane.doe+x@example.co.uk now", "mail <email> now"),
+        ("a@b.c and 123456", "<email> and <digits>"),
+        ("o'brien@example.com", "<email>"),
+        ("jane%doe@example.com", "<email>"),
+        ("jane_doe@mail-1.example.com.", "<email>."),
+        ("a@b.com+x@y.org", "<email>"),  # one after another: both go
+        ("see ?user=jane@example.com", "see ?user=<email>"),
+        ("jane\uff20example.com", "<email>"),  # full-width at sign
+        ("jane\ufe6bexample.com", "<email>"),  # small at sign
+        ("jane@example\uff0ecom", "<email>"),  # full-width full stop
+        ("jane\uff20example\u3002com", "<email>"),  # ideographic full stop (IDNA)
+        ("jane@example\uff61com", "<email>"),  # half-width ideographic full stop
+        ("j\u00f6rg@m\u00fcller.de", "<email>"),
+        # digit runs: phone, card, account numbers
         ("call 030 1234 5678", "call <digits>"),
         ("card 4111-1111-1111-1111 stolen", "card <digits> stolen"),
         ("order 1234567", "order <digits>"),
+        ("+49 30\u20131234\u20135678", "+<digits>"),  # en dashes
+        ("030\u2013123456", "<digits>"),
+        ("030\u2014123456", "<digits>"),  # em dash
+        ("030\u2010123456", "<digits>"),  # Unicode hyphen
+        ("030\u2212123456", "<digits>"),  # minus sign
+        ("030\uff0d123456", "<digits>"),  # full-width hyphen-minus
+        ("4111_1111_1111_1111", "<digits>"),
+        ("12 - 34 - 56", "<digits>"),
+        ("12  34  56", "<digits>"),
+        ("12 / 34 / 56", "<digits>"),
+        ("12   \u2013   34 56", "<digits>"),  # three blanks either side of one mark
+        ("030/123456", "<digits>"),
+        ("12.34.56", "<digits>"),
+        ("call (030) 123456", "call (<digits>"),
+        ("+1 (555) 123-4567", "+<digits>"),
+        ("12\t34\n56", "<digits>"),  # any blank (raw text; the lists' keys have single spaces)
+        ("4111\u00a01111\u30001111", "<digits>"),  # no-break and ideographic spaces
+        ("\uff10\uff13\uff10\uff0d\uff11\uff12\uff13\uff14", "<digits>"),  # full-width
+        ("\u0660\u0661\u0662\u0663\u0664\u0665", "<digits>"),  # Arabic-Indic digits
+        ("jane@example.com 030\u20131234\u20135678", "<email> <digits>"),
+        # what stays
+        ("iphone 15", "iphone 15"),
+        ("2024 tax", "2024 tax"),
+        ("size 10 5", "size 10 5"),
         ("iphone 15 128gb 2026", "iphone 15 128gb 2026"),  # short numbers stay
         ("12345 zip", "12345 zip"),  # five digits stay
-        ("a@b.c and 123456", "<email> and <digits>"),
-        ("", ""),
+        ("12 - 34", "12 - 34"),
+        ("size 10/12", "size 10/12"),
+        ("1 2 3 4 5", "1 2 3 4 5"),
+        ("12    34    56", "12    34    56"),  # four blanks: not one number
+        ("12 -- 34 -- 56", "12 -- 34 -- 56"),  # two marks: not one number
+        ("12,345,678", "12,345,678"),  # commas: a quantity, not an identifier
+        ("jane@example", "jane@example"),  # no dot: not an address
+        ("@example.com", "@example.com"),
+        ("jane@", "jane@"),
+        ("jane @ example.com", "jane @ example.com"),
     ],
 )
 def test_redact_defaults(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
+def test_dashes_are_every_unicode_dash() -> None:
+    dashes = {c for c in map(chr, range(sys.maxunicode + 1)) if unicodedata.category(c) == "Pd"}
+    assert dashes <= set(DASHES)
+    assert set(DASHES) - dashes == {"\u2212"}  # and the minus sign
+
+
 def test_redact_with_own_patterns_in_order() -> None:
     patterns = (*DEFAULT_REDACTIONS, Redaction(re.compile(r"(?i)\bpassword\s+\S+"), "<secret>"))
     assert redact("password hunter2 for bob@x.org", patterns) == "<secret> for <email>"
     assert redact("bob@x.org", ()) == "bob@x.org"
+
+
+MEBIBYTE = 1 << 20
+
+
+@pytest.mark.timeout(30)  # each case: a backtracking pattern takes hours on these texts
+@pytest.mark.parametrize(
+    ("unit", "tail", "redacted_unit", "redacted_tail"),
+    [
+        ("a", "", "a", ""),
+        ("a@", "", "a@", ""),
+        ("@", "", "@", ""),
+        ("1", "", "", "<digits>"),
+        ("1 ", "", "", "<digits> "),
+        ("1-", "", "", "<digits>-"),
+        ("1 - ", "", "", "<digits> - "),
+        ("12345 x ", "", "12345 x ", ""),
+        (".", "", ".", ""),
+        ("a.", "@", "a.", "@"),
+        ("a.", "@example.com", "", "<email>"),
+        ("a", "@example.com", "", "<email>"),  # one address, a mebibyte long
+        ("-", "", "-", ""),
+        ("a@b.c ", "", "<email> ", ""),
+        (
+            "jane.doe@example.com 030\u20131234\u20135678 iphone 15 a@b 12 / 34 / 56 x\uff20y.z ",
+            "",
+            "<email> <digits> iphone 15 a@b <digits> <email> ",
+            "",
+        ),
+    ],
+)
+def test_redaction_takes_linear_time(
+    unit: str, tail: str, redacted_unit: str, redacted_tail: str
+) -> None:
+    """A mebibyte (the default event size limit) of texts that make a backtracking pattern
+    try every start position against the rest of the text: the whole text, and the cut the
+    query lists keep. The time is printed, not asserted (benchmarks measure speed)."""
+    repeat = MEBIBYTE // len(unit)
+    text = unit * repeat + tail
+    started = time.perf_counter()
+    whole = redact(text)
+    assert whole == redacted_unit * repeat + redacted_tail
+    middle = time.perf_counter()
+    assert Redactions().apply(text) == whole[:200]
+    print(f"{unit!r}: {middle - started:.3f} s whole, {time.perf_counter() - middle:.4f} s cut")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # cut at 400 characters, redacted, cut at 200, these would show part of an address
+        # (without its "@" or its dot) or of a number (five of its digits)
+        ("x " * 95 + "a" * 300 + "@example.com", "x " * 95 + "<email>"),
+        ("0" * 390 + " " + "a" * 20 + "@example.com" + " y" * 300, "<digits> <email>" + " y" * 300),
+        ("0" * 390 + " x@example" + ".com" + " y" * 300, "<digits> <email>" + " y" * 300),
+        ("0" * 390 + " x 12 34 5" + "6 78" + " y" * 300, "<digits> x <digits>" + " y" * 300),
+        ("0" * 390 + " x 12 34 56" + " y" * 300, "<digits> x <digits>" + " y" * 300),
+        ("0" * 396 + " 12 - 34 - 56" + " y" * 300, "<digits>" + " y" * 300),
+    ],
+)
+def test_the_cut_never_splits_what_the_whole_text_would_redact(
+    text: str, expected: str
+) -> None:
+    assert Redactions().apply(text) == expected[:200] == redact(text)[:200]
+
+
+TEXTS = st.lists(st.one_of(
+    st.sampled_from(["1", "23", "456", " ", " - ", "-", "\u2013 ", "/ ", "_", ". ", "(", ") "]),
+    st.sampled_from(["a", "b", "  ", "\t", "@", "\uff20", ".", "\uff0e", "+", "'", "x@y.z"]),
+), max_size=30).map("".join)
+"""Texts of the characters that make or break addresses and numbers."""
+
+
+@settings(max_examples=2000, deadline=None)
+@given(TEXTS, st.integers(1, 12))
+def test_redacting_from_split_to_split_is_redacting_the_whole(text: str, size: int) -> None:
+    """Read a piece at a time, the text redacted is the start of the whole text redacted:
+    no piece ends inside an address or a number."""
+    whole = redact(text)
+    start = Redactions().built_in_prefix(text, size)
+    assert whole.startswith(start) and len(start) >= min(size, len(whole))
+    assert Redactions(length=size).apply(text) == whole[:size]
+
+
+LOCAL = rf"[\w{re.escape(LOCAL_MARKS)}]"
+LABEL = r"[\w-]+"
+BACKTRACKING_EMAIL = re.compile(
+    rf"{LOCAL}+[{AT_SIGNS}]{LABEL}(?:[{re.escape(DOTS)}]{LABEL})+"
+)
+"""What ``EMAIL`` finds, written the obvious way: it backtracks from every position."""
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="ab1 @\uff20.\uff0e\u3002-_+'%", max_size=40))
+def test_the_linear_email_pattern_hides_what_the_obvious_one_hides(text: str) -> None:
+    def hidden(pattern: re.Pattern[str]) -> set[int]:
+        return {i for m in pattern.finditer(text) for i in range(m.start(), m.end())}
+
+    assert hidden(EMAIL.pattern) == hidden(BACKTRACKING_EMAIL)
+
+
+def test_own_patterns_read_at_most_twice_the_key_length() -> None:
+    """A user pattern can take any time on a long text (``(a+)+b``): it only ever sees the
+    first ``2 * length`` characters of the text the built-in redactions left."""
+    long_text = "word " * 2000
+
+    def keyed(pattern: str) -> str:
+        return Redactions(patterns=(Redaction(re.compile(pattern), "<redacted>"),)).apply(
+            long_text
+        )
+
+    assert keyed(r"(?s)\A.{400}") == "<redacted>"
+    assert keyed(r"(?s)\A.{401}") == long_text[:200]
+    assert keyed("word") == "<redacted> " * 18 + "<r"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+import time
 from collections import Counter
 from datetime import datetime
 from typing import Any
@@ -218,6 +219,43 @@ def test_redaction_happens_before_anything_is_kept() -> None:
     assert sorted(r["query"] for r in entry(report, "searches")) == [
         "call <digits> now", "iphone 15 case 2026", "mail <email>", "where is <redacted>",
     ]
+
+
+@pytest.mark.timeout(60)  # redacting before the cut took tens of minutes for these
+def test_a_query_text_of_a_mebibyte_is_redacted_and_cut_in_linear_time() -> None:
+    """Events at the default size limit: each is accepted, and its query is kept as at most
+    200 redacted characters, whatever the text's shape."""
+    config = Config()
+    limit = config.input.max_event_bytes
+    envelope = len(query("e", 0, "s", "q", text=""))
+    room = limit - envelope - 64
+    texts = {
+        "q1": ("Mail Jane.Doe@Example.com or call 030-1234-5678 now " * limit)[:room],
+        "q2": "x " + "a" * room + "@example.com",  # one address as long as the event allows
+        "q3": ("1 " * limit)[:room],
+        "q4": ("a." * limit)[:room - 1] + "@",
+    }
+    pipeline = Pipeline(config)
+    for i, (query_id, text) in enumerate(texts.items()):
+        message = query(f"e{i}", i, f"s{i}", query_id, text=text)
+        assert limit - 1024 < len(message) <= limit
+        started = time.perf_counter()
+        assert pipeline.feed(message) is None
+        print(f"{query_id}: {time.perf_counter() - started:.3f} s")
+    lists = pipeline.lists
+    assert lists is not None
+    keys = {query_id: lists.open[query_id] for query_id in texts}
+    assert all(len(key) <= 200 for key in keys.values())
+    assert keys["q1"] == ("mail <email> or call <digits> now " * 8)[:200]
+    assert keys["q2"] == "x <email>"
+    assert keys["q3"] == "<digits>"
+    assert keys["q4"] == "a." * 100
+    assert all(len(text) <= 400 for text in lists._keys), "long texts are not memoised"
+    state = codec.encode("unit", UnitState(
+        "t", 0, 0, 1.0, None, codec.fingerprint(config), pipeline.snapshot()
+    ))
+    for secret in (b"jane", b"example", b"1234"):
+        assert secret not in state.lower(), secret
 
 
 def test_disabled_lists_keep_and_show_no_query_text() -> None:
