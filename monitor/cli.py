@@ -392,6 +392,7 @@ def _top(args: argparse.Namespace) -> int:
         FilterError,
         format_lists,
         merge_replicas,
+        printable,
         report_of,
         select,
     )
@@ -413,7 +414,8 @@ def _top(args: argparse.Namespace) -> int:
                     STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
                 ]))
             except (ValidationError, StateError) as error:
-                raise UsageError(f"cannot merge the replicas' query lists: {error}") from None
+                raise UsageError("cannot merge the replicas' query lists: "
+                                 + printable(str(error))) from None
         else:
             unfiltered = _replay_queries(args.report)
         try:
@@ -452,8 +454,10 @@ def _fetch(base: str, path: str) -> bytes:
             body: bytes = answer.read()
             return body
     except urllib.error.HTTPError as error:
+        from monitor.queryreport import printable  # the answer is anybody's text
+
         raise UsageError(
-            f"{url}: {error.code} {error.read().decode(errors='replace').strip()}"
+            f"{url}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
         ) from None
     except (urllib.error.URLError, OSError) as error:
         raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
