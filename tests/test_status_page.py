@@ -95,8 +95,9 @@ def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
     assert worsened, "the regression worsened judged navigational queries"
     top = next(e for e in report["lists"] if (e["list"], e["window"]) == ("searches", "1h"))
     url = served + "/?class=navigational"
-    done = chromium("--dump-dom", url)
+    done = chromium("--enable-logging=stderr", "--v=0", "--dump-dom", url)
     assert done.returncode == 0, done.stderr
+    assert "Content Security Policy" not in done.stderr, "the policy lets the page be as it is"
     dom = done.stdout
     assert "<script" not in dom and "searchmon: search quality" in dom
     assert "Queries: navigational" in dom and "REGRESSION" in dom
