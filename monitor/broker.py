@@ -41,18 +41,19 @@ def free_port() -> int:
 
 
 class Broker:
-    """One broker process on 127.0.0.1."""
+    """One broker process on 127.0.0.1; ``advertised``: the HOST:PORT its metadata tells
+    clients to connect to (a proxy in front of it), by default its own address."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, advertised: str | None = None) -> None:
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.advertised = advertised or self.address
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Broker:
-        url = f"tcp://{self.address}"
         self.process = subprocess.Popen(
-            [binary(), "broker", "--listener-url", url,
-             "--advertised-listener-url", url],
+            [binary(), "broker", "--listener-url", f"tcp://{self.address}",
+             "--advertised-listener-url", f"tcp://{self.advertised}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         deadline = time.monotonic() + 30

@@ -111,6 +111,12 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         "records only from warning up unless debug",
     )
     logging_options.add_argument(
+        "--log-unsafe", action="store_true",
+        help="at debug, also log kafka-python's protocol records: every request and response "
+        "and the raw bytes sent and received, including the SASL login (the configured "
+        "password is still masked); for debugging the Kafka protocol only",
+    )
+    logging_options.add_argument(
         "--log-format", choices=FORMATS, default="text",
         help="text lines, or one JSON object per line (time, level, logger, message)",
     )
@@ -342,7 +348,7 @@ def _replay(args: argparse.Namespace) -> int:
     from monitor.replay import format_table, replay_files, report, tune_for_throughput
 
     config = _load(args.config)
-    _logging(args, "info")
+    _logging(args, "info", config)
     rejections = RejectionLog(config.input.rejection_log_limit)
     tune_for_throughput()
     for path in [*args.events, *args.judgments]:
@@ -386,6 +392,7 @@ def _top(args: argparse.Namespace) -> int:
         FilterError,
         format_lists,
         merge_replicas,
+        printable,
         report_of,
         select,
     )
@@ -407,7 +414,8 @@ def _top(args: argparse.Namespace) -> int:
                     STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
                 ]))
             except (ValidationError, StateError) as error:
-                raise UsageError(f"cannot merge the replicas' query lists: {error}") from None
+                raise UsageError("cannot merge the replicas' query lists: "
+                                 + printable(str(error))) from None
         else:
             unfiltered = _replay_queries(args.report)
         try:
@@ -446,8 +454,10 @@ def _fetch(base: str, path: str) -> bytes:
             body: bytes = answer.read()
             return body
     except urllib.error.HTTPError as error:
+        from monitor.queryreport import printable  # the answer is anybody's text
+
         raise UsageError(
-            f"{url}: {error.code} {error.read().decode(errors='replace').strip()}"
+            f"{url}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
         ) from None
     except (urllib.error.URLError, OSError) as error:
         raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
@@ -465,7 +475,7 @@ def _run(args: argparse.Namespace) -> int:
     from monitor.replay import tune_for_throughput
 
     config = _load(args.config)
-    _logging(args, "info")
+    _logging(args, "info", config)
     tune_for_throughput()  # kafka-python's records, as the pipeline's events
     try:
         daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
@@ -505,17 +515,20 @@ def _demo(args: argparse.Namespace) -> int:
     )
 
 
-def _logging(args: argparse.Namespace, default: Level) -> None:
+def _logging(args: argparse.Namespace, default: Level, config: Config | None = None) -> None:
+    """Logging as the arguments say; the secrets of ``config`` are masked in every line."""
+    from monitor.config import secret_values
     from monitor.logs import setup
 
-    setup(args.log_level or default, args.log_format)
+    setup(args.log_level or default, args.log_format, args.log_unsafe,
+          secrets=secret_values(config) if config is not None else ())
 
 
 def _broker(args: argparse.Namespace) -> int:
     from monitor.broker import Broker
 
     config = _load(args.config)
-    _logging(args, "info")
+    _logging(args, "info", config)
     host, _, port = args.listen.rpartition(":")
     if host != "127.0.0.1" or not port.isdigit():
         raise UsageError("--listen: expected 127.0.0.1:PORT (the broker is for this machine)")

@@ -358,6 +358,17 @@ SECRETS = {("kafka", "sasl_password")}
 ``<key>_file`` in the file or ``SEARCHMON_<SECTION>__<KEY>_FILE`` in the environment."""
 
 
+def secret_values(config: Config) -> tuple[str, ...]:
+    """The values of the ``SECRETS`` that are set, for the logs to mask wherever they appear
+    (kafka-python's DEBUG records print the bytes a SASL/PLAIN login sends)."""
+    values = []
+    for section, key in sorted(SECRETS):
+        value = getattr(getattr(config, section), key)
+        if isinstance(value, SecretStr) and value.get_secret_value():
+            values.append(value.get_secret_value())
+    return tuple(values)
+
+
 def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> Config:
     """The effective configuration: the file in ``path`` (the defaults when None), then the
     ``SEARCHMON_<SECTION>__<KEY>`` variables of ``environ`` (default: the process

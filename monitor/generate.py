@@ -143,7 +143,9 @@ def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]
     next_sample = traffic.start + traffic.judged_every if traffic.judged_every else float("inf")
     end = traffic.start + traffic.duration
     sample_number = 0
-    previous: bytes | None = None
+    # the last session message and its key: a duplicate is keyed like its original, so that
+    # in Kafka it lands in the original's partition, where the consumer recognises it
+    previous: tuple[str, bytes] | None = None
     if traffic.qrels:
         for index in _judged_set(world, traffic):
             query = world.queries[index]
@@ -168,10 +170,10 @@ def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]
             next_sample += traffic.judged_every
         yield time, key, line
         if rng.random() < traffic.duplicate_rate and previous is not None:
-            yield time, key, previous
+            yield time, *previous
         if rng.random() < traffic.malformed_rate:
             yield time, key, _malformed(rng, line)
-        previous = line
+        previous = key, line
 
 
 def _session(

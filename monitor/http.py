@@ -253,6 +253,16 @@ class _Answer(NamedTuple):
     headers: tuple[tuple[str, str], ...] = ()
 
 
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", page.CONTENT_SECURITY_POLICY),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+)
+"""Sent with every answer, errors included: a browser runs nothing of a page or of a JSON or
+text answer that holds query texts (no script, no other style, no guessing the content type),
+shows none of them in a frame of another site, and tells the links' targets nothing."""
+
 _END_OF_HEAD = re.compile(rb"\r?\n\r?\n")
 _VERSION = re.compile(r"HTTP/(\d)\.(\d)")
 _TOO_LARGE = _Answer(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"request headers too large\n")
@@ -310,7 +320,7 @@ def _write(
         f"Date: {formatdate(usegmt=True)}",
         f"Content-Type: {answer.content_type}",
         f"Content-Length: {len(answer.body)}",
-        *(f"{name}: {value}" for name, value in answer.headers),
+        *(f"{name}: {value}" for name, value in (*answer.headers, *SECURITY_HEADERS)),
         f"Connection: {'keep-alive' if keep_alive else 'close'}",
     ]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))

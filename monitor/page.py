@@ -7,6 +7,8 @@ that worsened (sample against baseline, and the live qrels join), and the top qu
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,6 +45,16 @@ td:first-child,th:first-child{text-align:left}.bad{background:#ffd6d6;font-weigh
 .ok{color:#246b24}.muted{color:#666}.grid{display:flex;flex-wrap:wrap;gap:1.5em}
 nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}
 """
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; "
+    f"style-src 'sha256-{base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()}'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""What a browser lets the page do: apply its one inline style sheet (named by its hash, so
+no other style, inline or not, applies) and follow links; load nothing else (no script, image,
+font, frame or connection), submit no form, and be framed by no page. The endpoint sends it
+with every answer."""
 
 
 def render(export: Export, queries: Report | None, only: str | None = None) -> bytes:

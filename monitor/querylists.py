@@ -383,8 +383,8 @@ def merge_tallies(
 @dataclass(frozen=True)
 class PublicSummary:
     """A summary with only the queries that may be shown, and no session ids: the true count
-    of a query lies in ``[count - error, count]``; one not listed (dropped as not anonymous,
-    or never kept) occurred at most ``unseen`` times."""
+    of a query lies in ``[count - error, count]``; one not kept occurred at most ``unseen``
+    times. One kept but not shown (too few sessions) is not bounded: ``public``."""
 
     keys: list[str]
     counts: list[Int]
@@ -406,7 +406,15 @@ class PublicTally:
 
 def public(state: TallyState, capacity: int, min_sessions: int) -> PublicTally:
     """``state`` without the queries fewer than ``min_sessions`` distinct sessions issued (as
-    the list's own summary or the searches summary knows) and without session ids."""
+    the list's own summary or the searches summary knows) and without session ids.
+
+    Nothing of it depends on the counts of the queries it hides: while a summary is not
+    full, it is the summary of the stream without their searches (``unseen`` 0). Once full, a
+    query not kept was searched at most as often as the smallest count kept, and ``unseen``
+    says so without naming a hidden count: the smallest count listed (at least the smallest
+    kept), or when none is listed the mean count kept (a share of all the searches counted,
+    hidden ones included). A query it hides is not bounded at all: its searches here stay
+    out of every merge (``merge_public``)."""
     anonymous = {
         key for key, hashed in zip(state.searches.counts.keys, state.searches.sessions,
                                    strict=True)
@@ -415,7 +423,6 @@ def public(state: TallyState, capacity: int, min_sessions: int) -> PublicTally:
 
     def shown(part: HeavyQueriesState, kept: list[int] | None = None) -> PublicSummary:
         c = part.counts
-        unseen = min(c.counts) if len(c.keys) >= capacity else 0
         keys, counts, errors = [], [], []
         for i, (key, count, error, hashed) in enumerate(zip(
             c.keys, c.counts, c.errors, part.sessions, strict=True
@@ -426,8 +433,9 @@ def public(state: TallyState, capacity: int, min_sessions: int) -> PublicTally:
                 errors.append(error)
                 if kept is not None:
                     kept.append(i)
-            else:
-                unseen = max(unseen, count)
+        unseen = 0
+        if len(c.keys) >= capacity:
+            unseen = min(counts) if counts else sum(c.counts) // len(c.counts)
         return PublicSummary(keys, counts, errors, unseen)
 
     kept: list[int] = []
@@ -457,7 +465,9 @@ def merge_public(tallies: Sequence[PublicTally], capacity: int) -> PublicTally:
     """One public tally of the streams of ``tallies`` (other replicas' partitions): a query's
     count (error) adds its count (error) where listed and the summary's ``unseen`` where not;
     the ``capacity`` largest stay; what is not listed occurred at most the sum of the unseen
-    bounds, or the smallest count kept once full."""
+    bounds, or the smallest count kept once full. The bounds are those of the query's
+    searches at the replicas that show it or do not keep it: where one hides it, its searches
+    there are not counted (``public``)."""
 
     def merged(parts: list[PublicSummary]) -> PublicSummary:
         base = sum(p.unseen for p in parts)

@@ -16,6 +16,7 @@ merged per window and class. States of several replicas merge into one (``merge_
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -300,8 +301,37 @@ TITLES = {
 }
 
 
+HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories a terminal must not receive raw: controls (C0, DEL, C1: escape
+sequences that retitle a window, clear it or switch screens), format characters (bidi
+overrides and isolates, zero-width characters, tags: text that reads other than it is),
+lone surrogates, line and paragraph separators."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every character of the ``HIDDEN`` categories shown as an escape, as
+    Python writes it (``\\x1b``, ``\\u202e``, ``\\U000e0041``); the rest unchanged."""
+    if text.isprintable():  # the usual case: nothing to look at one by one
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) in HIDDEN else c for c in text)
+
+
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    if character in _NAMED:
+        return _NAMED[character]
+    return f"\\x{code:02x}" if code < 0x100 else (
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    )
+
+
 def format_lists(report: Report, rows: int) -> str:
-    """The lists of ``report`` for a terminal: a title line per list, then aligned rows."""
+    """The lists of ``report`` for a terminal: a title line per list, then aligned rows.
+    Every text is ``printable``: query texts, class names and sample ids come from the
+    events, and a report from another endpoint may hold anything."""
     if not report.get("enabled", True):
         return "query lists are disabled ([query_lists] enabled = false)\n"
     out: list[str] = []
@@ -329,10 +359,11 @@ def format_lists(report: Report, rows: int) -> str:
         out += _aligned(table) if len(table) > 1 else ["  (none shown)"]
     if not out:
         out.append("no list matches (or nothing counted yet)")
-    return "\n".join(out) + "\n"
+    return "\n".join(printable(line) for line in out) + "\n"
 
 
 def _aligned(table: list[list[str]]) -> list[str]:
+    table = [[printable(cell) for cell in row] for row in table]  # measured as shown
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = []
     for row in table:

@@ -42,7 +42,7 @@ from monitor.checkpoint import (
     restore_unit,
 )
 from monitor.codec import UnitState
-from monitor.config import Config
+from monitor.config import Config, secret_values
 from monitor.export import Export, export
 from monitor.pipeline import Pipeline, RejectionLog
 from monitor.queryreport import QueryState, query_state
@@ -387,8 +387,7 @@ def refusal(problem: str) -> str:
 
 def serve(
     connection: Connection, parents_end: Connection, config: Config, replica: str,
-    discard: bool, log_settings: tuple[logs.Level, logs.Format] = ("info", "text"),
-    position: Any = None,
+    discard: bool, log_settings: logs.Settings, position: Any = None,
 ) -> None:
     """The worker process: answers each request in order; ends with its parent, whatever it
     is doing (the kernel kills it when the consumer process ends: ``die_with_parent``)."""
@@ -400,7 +399,7 @@ def serve(
     # worker stops (after its final checkpoint), so the signals are not for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logs.setup(*log_settings)
+    logs.setup(*log_settings, secrets=secret_values(config))
     tune_for_throughput()
     try:
         states = PartitionStates(config, replica, discard)

@@ -488,3 +488,80 @@ def test_a_tls_handshake_not_done_within_its_timeout_is_dropped(certified: Path)
         client = connect(server.port)
         with client:
             assert closed_by_server(client)
+
+
+SECURITY = ("content-security-policy", "x-content-type-options", "x-frame-options",
+            "referrer-policy")
+
+
+def head_of(received: bytes) -> tuple[int, dict[str, str]]:
+    """The status and the headers (lower-case names) of the first answer in ``received``."""
+    line, *fields = received.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    return int(line.split()[1]), {
+        name.strip().lower(): value.strip()
+        for name, _, value in (field.partition(":") for field in fields)
+    }
+
+
+def test_every_answer_carries_the_security_headers() -> None:
+    """The page, the query lists, /metrics, the probes and every error answer, over HTTP: a
+    policy that lets the page apply its own style sheet and nothing else, no content-type
+    sniffing, no framing, no referrer."""
+    import base64
+    import hashlib
+    import re
+
+    from monitor.config import Config
+    from monitor.export import export
+    from monitor.page import Status
+    from monitor.pipeline import Pipeline
+    from monitor.queryreport import query_report, query_state
+    from tests.events import query
+
+    config = Config()
+    pipeline = Pipeline(config)
+    for s in range(6):
+        pipeline.feed(query(f"e{s}", s, f"s{s}", f"q{s}"))
+    figures = export(pipeline)
+    computed = Status(lambda: figures, lambda: query_report([pipeline], pipeline, config),
+                      lambda: query_state([pipeline], pipeline, config))
+    waiting = Status(lambda: figures, lambda: None, lambda: None)
+    not_ready: Readiness = lambda: "catching up"  # noqa: E731
+    answers: dict[str, tuple[int, dict[str, str]]] = {}
+    with serving(static_registry(), status=computed) as server:
+        for path in ("/", "/?class=travel", "/queries", "/queries/state", "/metrics",
+                     "/healthz", "/livez", "/readyz", "/nothing", "/queries?colour=red",
+                     "/queries?list=none"):
+            reply = fetch(server.port, path)
+            answers[path] = reply.status, reply.headers
+            if path == "/":
+                page = reply.body.decode()
+        reply = fetch(server.port, "/", "HEAD")
+        answers["HEAD /"] = reply.status, reply.headers
+        for raw in (b"nonsense\r\n\r\n", b"GET / HTTP/2.0\r\n\r\n",
+                    b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                    b"GET / HTTP/1.1\r\nCookie: " + b"x" * 9000 + b"\r\n\r\n"):
+            answers[raw[:20].decode()] = head_of(exchange(server.port, raw))
+    with serving(static_registry(), status=waiting, ready=not_ready) as server:
+        for path in ("/queries", "/queries/state", "/readyz"):
+            reply = fetch(server.port, path)
+            answers[f"waiting {path}"] = reply.status, reply.headers
+    statuses = sorted({status for status, _ in answers.values()})
+    assert statuses == [200, 400, 404, 431, 501, 503, 505], answers
+    for what, (_, headers) in answers.items():
+        assert all(name in headers for name in SECURITY), (what, headers)
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["referrer-policy"] == "no-referrer"
+    policy = {directive.split()[0]: directive.split()[1:]
+              for directive in answers["/"][1]["content-security-policy"].split(";")}
+    assert policy["default-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"]
+    assert policy["base-uri"] == ["'none'"] and policy["form-action"] == ["'none'"]
+    # the page needs exactly its one inline style sheet, which the policy names by its hash
+    sheets = re.findall(r"<style>(.*?)</style>", page, re.DOTALL)
+    assert len(sheets) == 1
+    digest = base64.b64encode(hashlib.sha256(sheets[0].encode()).digest()).decode()
+    assert policy["style-src"] == [f"'sha256-{digest}'"]
+    for needs_more in ("style=", "<script", "<img", "<svg", "<iframe", "<link", "<form",
+                       "url("):
+        assert needs_more not in page, needs_more

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from datetime import datetime
 from typing import Any
+from zlib import crc32
 
 import pytest
 
@@ -57,6 +58,12 @@ def entry(report: dict[str, Any], list_name: str, klass: str = "all", window: st
     return rows
 
 
+def seconds_of(event: dict[str, Any]) -> float:
+    """The event time of a generated event (epoch milliseconds or RFC 3339)."""
+    stamp = event["timestamp"]
+    return stamp / 1000 if isinstance(stamp, int) else datetime.fromisoformat(stamp).timestamp()
+
+
 # --- top lists against exact counts, on generated traffic over two partitions --------------
 
 def test_top_searches_and_zero_result_lists_hold_the_exact_counts_within_their_bounds() -> None:
@@ -81,10 +88,7 @@ def test_top_searches_and_zero_result_lists_hold_the_exact_counts_within_their_b
     overall = merge_tallies(list(merged.values()), 60, 1)
     assert span is not None and overall is not None
     for event in accepted:
-        seconds = event["timestamp"] / 1000 if isinstance(event["timestamp"], int) else (
-            datetime.fromisoformat(event["timestamp"]).timestamp()
-        )
-        if seconds >= span[0]:
+        if seconds_of(event) >= span[0]:
             key = lists.key(event["query_text"])
             exact["searches"][key] += 1
             if event.get("result_count") == 0 or (
@@ -180,6 +184,96 @@ def test_a_query_is_shown_only_once_min_sessions_distinct_sessions_issued_it() -
     merged = report_of(merge_replicas([STATE.validate_json(shared)] * 2))
     assert [r["query"] for r in entry(merged, "searches")] == ["popular"]
     assert entry(merged, "searches")[0]["count"] == 6
+
+
+def rare_and_popular(rare_sessions: list[str]) -> list[bytes]:
+    """"shoes" by six sessions, one click; "rare words" once per session given, found
+    nothing, in the middle of them (so the window's span is the same without it)."""
+    messages = [query(f"p{i}", 10.0 * i, f"s{i}", f"qp{i}", text="shoes") for i in range(6)]
+    messages.append(click("c0", 1, "s0", "qp0"))
+    messages += [query(f"r{i}", 15.0 + i, session, f"qr{i}", text="rare words", results=0)
+                 for i, session in enumerate(rare_sessions)]
+    return messages
+
+
+def test_the_state_of_a_replica_is_the_same_without_the_searches_it_hides() -> None:
+    """k = 5: "rare words", searched three times by two sessions, is hidden. Its count could
+    be read off /queries/state (the summaries' bound on queries not listed was its count);
+    now the state is byte for byte the state of the same traffic without its searches."""
+    config = parse_config('[query_lists]\nmin_sessions = 5\nwindows = ["1h"]\n')
+    hiding = fed(config, *rare_and_popular(["h1", "h1", "h2"]))
+    without = fed(config, *rare_and_popular([]))
+    state = query_state([hiding], hiding, config)
+    assert STATE.dump_json(state) == STATE.dump_json(query_state([without], without, config))
+    summaries = [part for window in state.windows for tally in window.tallies
+                 for part in (tally.searches, tally.zero, tally.outcomes)]
+    assert all(part.unseen == 0 for part in summaries)
+    assert [r["query"] for r in entry(report_of(state), "searches")] == ["shoes"]
+
+
+def test_a_merge_counts_a_query_where_it_may_be_shown_and_nowhere_else() -> None:
+    """One replica shows "rare words" (five sessions), the other hides it (three searches
+    by two sessions): merged, the row is the first replica's. Before, it was 3 higher with
+    an error of 3, and the difference was the hidden count."""
+    config = parse_config('[query_lists]\nmin_sessions = 5\nwindows = ["1h"]\n')
+    showing = fed(config, *(
+        query(f"e{i}", 12.0 + i, f"t{i}", f"q{i}", text="rare words", results=0)
+        for i in range(5)
+    ))
+    hiding = fed(config, *rare_and_popular(["h1", "h1", "h2"]))
+    states = [STATE.validate_json(STATE.dump_json(query_state([p], None, config)))
+              for p in (showing, hiding)]
+    merged = report_of(merge_replicas(states))
+    alone = report_of(states[0])
+    for list_name in ("searches", "zero_results", "no_clicks"):
+        rare = [r for r in entry(merged, list_name) if r["query"] == "rare words"]
+        assert rare == [r for r in entry(alone, list_name) if r["query"] == "rare words"]
+        assert rare and rare[0]["count"] == 5 and rare[0]["error"] == 0, list_name
+    assert {r["query"]: r["count"] for r in entry(merged, "searches")} == {
+        "rare words": 5, "shoes": 6,
+    }
+
+
+def test_merged_bounds_hold_for_the_searches_where_a_query_is_shown_or_not_kept() -> None:
+    """Generated traffic, two partitions as two replicas, summaries of 60 counters, k = 10:
+    every merged row bounds the query's searches at the replicas that list it or no longer
+    keep it (not those where it is kept but hidden)."""
+    config = parse_config(
+        '[query_lists]\ncapacity = 60\nmin_sessions = 10\nwindows = ["1h"]\n'
+    )
+    replicas = [Pipeline(config), Pipeline(config)]
+    accepted: list[list[dict[str, Any]]] = [[], []]
+    stream = events(World.build(7), Traffic(seed=7, duration=2 * HOUR, sessions_per_second=3.0))
+    for _, key, message in stream:
+        side = crc32(key.encode()) % 2
+        if replicas[side].feed(message) is None:
+            event = json.loads(message)
+            if event.get("type") == "query":
+                accepted[side].append(event)
+    states = [query_state([p], None, config) for p in replicas]
+    exact: list[Counter[str]] = []
+    counted: list[set[str]] = []  # listed, or not kept: where the bounds cover the searches
+    for pipeline, state, events_of in zip(replicas, states, accepted, strict=True):
+        merged, span = window_states([pipeline], HOUR, config)
+        overall = merge_tallies(list(merged.values()), 60, 10)
+        assert span is not None and overall is not None
+        lists = pipeline.lists
+        assert lists is not None
+        exact.append(Counter(
+            lists.key(e["query_text"]) for e in events_of if seconds_of(e) >= span[0]
+        ))
+        (window,) = state.windows
+        listed = set(window.tallies[window.classes.index("all")].searches.keys)
+        kept = set(overall.searches.counts.keys)
+        counted.append({key for key in exact[-1] if key in listed or key not in kept})
+        assert kept - listed, "some queries kept are hidden"
+        assert len(kept) == 60, "the summary is full"
+    rows = entry(report_of(merge_replicas(states)), "searches")
+    assert rows
+    for row in rows:
+        covered = sum(e[row["query"]] for e, c in zip(exact, counted, strict=True)
+                      if row["query"] in c)
+        assert row["count"] - row["error"] <= covered <= row["count"], row
 
 
 def test_zero_result_sessions_are_counted_apart_and_the_state_restores() -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from monitor.generate import Regression, Traffic, World, events
 from tests.broker import free_port
-from tests.events import T0
+from tests.events import T0, query
 
 SEARCHMON = [sys.executable, "-m", "monitor"]
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -95,8 +95,9 @@ def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
     assert worsened, "the regression worsened judged navigational queries"
     top = next(e for e in report["lists"] if (e["list"], e["window"]) == ("searches", "1h"))
     url = served + "/?class=navigational"
-    done = chromium("--dump-dom", url)
+    done = chromium("--enable-logging=stderr", "--v=0", "--dump-dom", url)
     assert done.returncode == 0, done.stderr
+    assert "Content Security Policy" not in done.stderr, "the policy lets the page be as it is"
     dom = done.stdout
     assert "<script" not in dom and "searchmon: search quality" in dom
     assert "Queries: navigational" in dom and "REGRESSION" in dom
@@ -210,3 +211,97 @@ def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "cannot merge the replicas' query lists" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+HOSTILE = ["a\x1b]0;title\x07b", "\x1b[2Jclear", "x\x9by", "cr\rlf", "bidi\u202eevil"]
+"""Texts a terminal would obey: retitle the window, clear it, a C1 CSI, a carriage return,
+a right-to-left override."""
+
+
+def raw_controls(text: str) -> list[str]:
+    """Characters of ``text`` a terminal would act on (but the table's own newlines)."""
+    import unicodedata
+
+    return [c for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")]
+
+
+def test_top_shows_control_characters_of_every_text_escaped(tmp_path: Path) -> None:
+    """Query texts and class names through the pipeline (``replay``), a worsened entry's
+    texts by hand: ``searchmon top`` prints each control character as an escape."""
+    data = tmp_path / "events.jsonl"
+    data.write_bytes(b"\n".join(
+        query(f"e{n}-{s}", 10.0 * n + s, f"s{s}", f"q{n}-{s}", text=text, klass=f"c{text}")
+        for n, text in enumerate(HOSTILE) for s in range(3)
+    ) + b"\n")
+    config = tmp_path / "searchmon.toml"
+    config.write_text("[query_lists]\nmin_sessions = 1\nmin_searches = 1\n")
+    replayed = subprocess.run(
+        [*SEARCHMON, "replay", str(data), "--config", str(config), "--report", "json"],
+        capture_output=True, timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    document = json.loads(replayed.stdout)
+    texts = {row["query"] for entry in document["queries"]["lists"] for row in entry["rows"]}
+    assert any("\x1b" in t for t in texts) and any("\x9b" in t for t in texts), texts
+    document["queries"]["worsened"] = [{
+        "source": "sample", "window": None, "sample_id": "s\x1b]0;owned\x07",
+        "baseline_id": "b\x1b[?1049h", "query_class": "c\x1b[2J", "measure": "nDCG\x9b@10",
+        "rows": [{"query": text, "before": 0.9, "after": 0.1, "delta": -0.8}
+                 for text in HOSTILE],
+    }]
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(document))
+    done = subprocess.run([*SEARCHMON, "top", "--report", str(report), "--rows", "20"],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout.decode()
+    assert raw_controls(shown) == [], shown
+    for escaped in (r"a\x1b]0;title\x07b", r"\x1b[2Jclear", r"x\x9by", r"cr\rlf",
+                    r"bidi\u202eevil", r"s\x1b]0;owned\x07", r"b\x1b[?1049h", r"nDCG\x9b@10"):
+        assert escaped in shown, escaped
+    assert "worsened · c\\x1b[2J" in shown and "· ccr\\rlf · last 1h" in shown  # classes
+
+
+def test_top_escapes_what_an_endpoint_answers(tmp_path: Path) -> None:
+    """A server answering ``/queries`` with such texts, and an error whose body is one:
+    neither reaches the terminal raw."""
+    import http.server
+    import threading
+
+    lists = {"enabled": True, "min_sessions": 1, "capacity": 10, "worsened": [], "lists": [{
+        "list": "searches", "window": "1h\x1b[2J", "query_class": "all\u202e",
+        "from": "2026\x07", "to": "x\x9b", "rows": [
+            {"query": text, "count": "9\x1b[31m", "error": 0} for text in HOSTILE
+        ],
+    }]}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/queries"
+            body = json.dumps(lists).encode() if found else b"gone\x1b]0;title\x07\x1b[2J"
+            self.send_response(200 if found else 500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        listed = subprocess.run([*SEARCHMON, "top", "--url", url],
+                                capture_output=True, timeout=60)
+        failed = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
+                                capture_output=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert listed.returncode == 0, listed.stderr
+    assert raw_controls(listed.stdout.decode()) == [], listed.stdout
+    assert r"a\x1b]0;title\x07b" in listed.stdout.decode()
+    assert r"9\x1b[31m" in listed.stdout.decode()
+    assert failed.returncode == 2
+    assert raw_controls(failed.stderr.decode()) == [], failed.stderr
+    assert r"500 gone\x1b]0;title\x07\x1b[2J" in failed.stderr.decode()
