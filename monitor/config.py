@@ -208,9 +208,10 @@ class InputConfig(Section):
     """A batch still being processed after this long is a stall: logged with the partition
     and offset of the record in hand, and ``/readyz`` says so until it ends."""
     max_query_chars: int = Field(default=1000, ge=10)
-    """Query texts (live, judged and qrels) are cut to this many characters before anything
-    reads them (classification, query lists, the live join), so that no step's cost grows
-    with a text's length beyond it."""
+    """Query texts (live, judged and qrels) are cut to this many characters (at a word
+    boundary) before classification rules, the live join and judged samples read them, so
+    that no step's cost grows with a text's length beyond it (the query lists' redaction is
+    linear and reads only what their key needs)."""
 
 
 class OfflineConfig(Section):

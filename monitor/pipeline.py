@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import cast, final
 
-from msgspec.structs import replace
 from pydantic import ValidationError
 
 from monitor.classes import NEW, QueryClasses
@@ -213,12 +212,12 @@ class Pipeline:
             return self._reject_timestamp(stamp)  # type: ignore[arg-type]
         time = seconds
         if type(event) is QueryEvent:
-            if len(event.query_text) > self._max_chars:
-                event = replace(event, query_text=event.query_text[:self._max_chars])
             declared = event.query_class
             klass = self._class_index.get(declared) if declared is not None else None
             if klass is None:  # NEW (a class joining the set) only once the query is accepted
-                klass = self.classes.classify(declared, event.query_text, add=False)
+                klass = self.classes.classify(
+                    declared, cut_text(event.query_text, self._max_chars), add=False
+                )
             return (
                 time, QUERY, event.event_id, event.session_id, event.query_id, klass,
                 None if event.results_known else 0.0,
@@ -333,7 +332,9 @@ class Pipeline:
             reason = sessions.refuses(accepted)
             if reason is not None:
                 return self._reject(reason, event)
-            klass = self.classes.classify(event.query_class, event.query_text)
+            klass = self.classes.classify(
+                event.query_class, cut_text(event.query_text, self._max_chars)
+            )
             self._grow()
             accepted = (*accepted[:5], klass, accepted[6])
         reason = sessions.offer(accepted)
@@ -357,9 +358,12 @@ class Pipeline:
             if event.latency_ms is not None:
                 sessions.count_latency(klass, event.latency_ms / 1000.0)
             if event.results_known:
-                self._join_live(klass, accepted[0], event.query_text, event.result_ids)
+                self._join_live(klass, accepted[0], cut_text(event.query_text, self._max_chars),
+                                event.result_ids)
             else:  # its impressions will say what was shown
-                sessions.await_impressions(event.query_id, event.query_text)
+                sessions.await_impressions(
+                    event.query_id, cut_text(event.query_text, self._max_chars)
+                )
         return None
 
     def _join_live(self, klass: int, time: float, text: str, results: list[str]) -> None:
@@ -431,7 +435,7 @@ class Pipeline:
             )
         if len(event["query_text"]) > self._max_chars:
             event = cast(Judgment | Qrels, {
-                **event, "query_text": event["query_text"][:self._max_chars]
+                **event, "query_text": cut_text(event["query_text"], self._max_chars)
             })
         if event["type"] == "qrels":
             return JudgedMessage(time, event, None)
@@ -540,6 +544,19 @@ class RejectionLog:
         for refused, position in self.kept or []:
             other.record(refused, position)
         self.kept = []
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (``[input] max_query_chars``), so that no
+    later step reads more. A cut inside a word drops that word's part (a part of an address
+    or a number could otherwise escape redaction)."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    if not text[limit].isspace() and not head[-1].isspace():
+        words = head.rsplit(None, 1)
+        head = words[0] if len(words) == 2 else ""
+    return head
 
 
 def _utc(seconds: float) -> str:

@@ -58,7 +58,7 @@ FLUSH_SECONDS = 10.0
 MAX_PENDING_COPIES = 10_000
 MAX_PENDING_BYTES = 64 << 20
 """The most dead-letter copies (and bytes) held unacknowledged before consumption pauses."""
-METADATA_MAX_AGE_MS = 30_000
+METADATA_MAX_AGE_MS = 5_000
 """How stale the consumer's metadata may get: a topic deleted and created again while it is
 read is noticed by its new id within this."""
 """How long a checkpoint waits for the dead letters to be acknowledged."""

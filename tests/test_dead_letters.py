@@ -349,3 +349,68 @@ def test_no_offset_is_committed_past_a_rejected_message_before_its_copy_is_ackno
     finally:
         stop_both(daemon, broker)
     assert daemon.returncode == 0, log_of(tmp_path)
+
+
+def test_copies_waiting_for_the_dead_letter_topic_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker that stops answering (SIGSTOP) while copies are sent: once the copies held
+    reach the bound, ``dead_letters_full`` says so (the daemon then reads nothing more);
+    once the broker acknowledges them, it no longer does."""
+    import os
+
+    from monitor import source as module
+
+    monkeypatch.setattr(module, "MAX_PENDING_COPIES", 3)
+    broker = Broker().start()
+    events, dead = "ev", "dl"
+    source = None
+    try:
+        broker.create_topics({events: 1, f"{events}-judgments": 1, dead: 1})
+        produce(broker, events, [b"bad %d" % i for i in range(5)])
+        source = KafkaSource(source_config(broker, events, dead), RebalanceFence())
+        batch = poll_all(source, events, 5)
+        source.dead_letter(batch, [((events, 0), 0, "invalid_json", "bad")])
+        assert source.flush_dead_letters() and not source.dead_letters_full()
+        assert broker.process is not None
+        os.killpg(broker.process.pid, signal.SIGSTOP)
+        try:
+            source.dead_letter(batch, [((events, 0), i, "invalid_json", "bad")
+                                       for i in range(1, 5)])
+            assert source.dead_letters_unacknowledged == 4
+            assert source.dead_letters_full()
+        finally:
+            os.killpg(broker.process.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while not source.flush_dead_letters():
+            assert time.monotonic() < deadline, "the copies are acknowledged"
+        assert not source.dead_letters_full() and source.dead_lettered == 5
+    finally:
+        if source is not None:
+            source.close()
+        broker.stop()
+
+
+def test_the_dead_lettered_counter_continues_after_a_restart(tmp_path: Path) -> None:
+    """searchmon_dead_lettered_total is the replica's, not the process's: a restarted daemon
+    starts from what the earlier ones had copied."""
+    broker = Broker().start()
+    events = "ev"
+    daemon = None
+    try:
+        broker.create_topics({events: 1, f"{events}-judgments": 1, DEAD: 1})
+        broker.produce(events, [(None, b"not json %d" % i) for i in range(3)])
+        for number, expected in enumerate((3.0, 5.0)):
+            if number:
+                broker.produce(events, [(None, b"again %d" % i) for i in range(2)])
+            port = free_port()
+            daemon = start_daemon(tmp_path, broker, "restart", port, kafka=topics_lines(events))
+            deadline = time.monotonic() + 90
+            while scrape(port).get("searchmon_dead_lettered_total") != expected:
+                assert daemon.poll() is None and time.monotonic() < deadline, scrape(port).get(
+                    "searchmon_dead_lettered_total")
+                time.sleep(0.3)
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=30)
+    finally:
+        stop_both(daemon if daemon is not None and daemon.poll() is None else None, broker)

@@ -22,7 +22,14 @@ from monitor import logs
 from monitor.checkpoint import DirStore
 from tests.broker import Broker, free_port
 from tests.events import query
-from tests.test_daemon import EVENTS, log_of, scrape, start_daemon, wait_until_read
+from tests.test_daemon import (  # noqa: F401 (daemon_logs: the daemons' logs on failure)
+    EVENTS,
+    daemon_logs,
+    log_of,
+    scrape,
+    start_daemon,
+    wait_until_read,
+)
 from tests.test_exposition import get
 
 
@@ -350,9 +357,10 @@ def test_a_stalled_batch_is_reported_and_sigterm_stops_the_state_process_with_it
 def test_a_judgments_topic_recreated_while_read_is_read_again_from_its_start(
     tmp_path: Path, broker: Broker
 ) -> None:
-    """The judgments topic is deleted, created again and filled past the offset the daemon
-    had reached, while the daemon runs: its new id is noticed in the metadata, and the new
-    log is read from its start (no judged message skipped, none counted twice)."""
+    """The judgments topic is deleted and created again while the daemon runs: its new id
+    is noticed in the metadata (within METADATA_MAX_AGE_MS), and the new log is read from its
+    start, also once it is filled past the offset the daemon had reached (no judged message
+    skipped)."""
     import json
 
     from tests.events import stamp
@@ -380,9 +388,10 @@ def test_a_judgments_topic_recreated_while_read_is_read_again_from_its_start(
             broker.create_topics({judgments: 1})
         finally:
             admin.close()
+        wait_for(lambda: "deleted and created again while read" in log_of(tmp_path),
+                 "the new topic id is noticed")
         second = broker.produce(judgments, qrels("second", 30))
         values = wait_until_read(port, first + second, seconds=90)
         assert values["searchmon_judged_messages_total"] == first + second
     finally:
         stop(daemon)
-    assert "deleted and created again" in log_of(tmp_path)

@@ -198,7 +198,7 @@ def adversarial_bytes() -> st.SearchStrategy[bytes]:
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(adversarial_bytes(), min_size=1, max_size=12), st.integers(0, 59))
 def test_fuzzed_batches_never_raise_and_count_every_message_once(
     bad: list[bytes], at: int
@@ -206,6 +206,7 @@ def test_fuzzed_batches_never_raise_and_count_every_message_once(
     import tempfile
 
     good = good_traffic()
+    bad = [line.replace(b"\n", b" ") for line in bad]  # one message, one line of a file
     lines = [*good[:at % len(good)], *bad, *good[at % len(good):]]
     with tempfile.TemporaryDirectory() as scratch:
         pipeline, letters = through_the_daemons_path(lines, Path(scratch) / "state")
@@ -244,3 +245,17 @@ def test_a_million_character_text_is_cut_before_it_is_read() -> None:
     assert pipeline.lists is not None
     kept = json.dumps(pipeline.lists.snapshot(), default=str)
     assert "jane.doe" not in kept and "<email>" in kept
+
+
+@pytest.mark.parametrize(("text", "limit", "cut"), [
+    ("cheap flights", 20, "cheap flights"),
+    ("cheap flights to rome", 13, "cheap flights"),
+    ("cheap flights to rome", 14, "cheap flights "),
+    ("cheap flights to rome", 10, "cheap"),
+    ("mail jane.doe@example.com now", 12, "mail"),
+    ("x" * 50, 10, ""),
+])
+def test_a_long_text_is_cut_at_a_word_boundary(text: str, limit: int, cut: str) -> None:
+    from monitor.pipeline import cut_text
+
+    assert cut_text(text, limit) == cut
