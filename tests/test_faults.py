@@ -253,6 +253,17 @@ def test_secrets_stay_out_of_debug_logs() -> None:
     assert "s3cret-value" not in text and "/etc/secret/key.pem" not in text
 
 
+def recreate(broker: Broker, topic: str) -> None:
+    """Delete ``topic`` and create it again, empty, with one partition."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.address)
+    try:
+        admin.delete_topics([topic])
+        wait_for(lambda: topic not in admin.list_topics(), "deleted")
+        broker.create_topics({topic: 1})
+    finally:
+        admin.close()
+
+
 def test_a_topic_created_again_and_refilled_is_read_from_its_start(
     tmp_path: Path, broker: Broker
 ) -> None:
@@ -272,13 +283,7 @@ def test_a_topic_created_again_and_refilled_is_read_from_its_start(
                  "a checkpoint")
     finally:
         stop(daemon)
-    admin = KafkaAdminClient(bootstrap_servers=broker.address)
-    try:
-        admin.delete_topics([topic])
-        wait_for(lambda: topic not in admin.list_topics(), "deleted")
-        broker.create_topics({topic: 1})
-    finally:
-        admin.close()
+    recreate(broker, topic)
     second = broker.produce(topic, [
         (b"s", query(f"b{i}", 100 + i, "t", f"r{i}")) for i in range(25)
     ])
@@ -381,13 +386,7 @@ def test_a_judgments_topic_recreated_while_read_is_read_again_from_its_start(
                           kafka=f'events_topic = "{topic}"\njudgments_topic = "{judgments}"\n')
     try:
         wait_until_read(port, first)
-        admin = KafkaAdminClient(bootstrap_servers=broker.address)
-        try:
-            admin.delete_topics([judgments])
-            wait_for(lambda: judgments not in admin.list_topics(), "deleted")
-            broker.create_topics({judgments: 1})
-        finally:
-            admin.close()
+        recreate(broker, judgments)
         wait_for(lambda: "deleted and created again while read" in log_of(tmp_path),
                  "the new topic id is noticed")
         second = broker.produce(judgments, qrels("second", 30))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +174,6 @@ def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
 def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
     """A replica answering a state whose parts do not fit (here: a count below its error)
     is refused with a message, not a traceback."""
-    import http.server
-    import threading
 
     def summary(keys: list[str], counts: list[int], errors: list[int]) -> dict[str, Any]:
         return {"keys": keys, "counts": counts, "errors": errors, "unseen": 0}
@@ -188,10 +187,24 @@ def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
                                   "outcomes": summary([], [], []), "clicked": []}]}],
     }
 
+    with answering(lambda _: (200, json.dumps(broken).encode())) as url:
+        done = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "cannot merge the replicas' query lists" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@contextlib.contextmanager
+def answering(answer: Callable[[str], tuple[int, bytes]]) -> Iterator[str]:
+    """A local HTTP server whose GETs ``answer`` (path -> status, body); yields its URL."""
+    import http.server
+    import threading
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = json.dumps(broken).encode()
-            self.send_response(200)
+            status, body = answer(self.path)
+            self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -203,14 +216,9 @@ def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        done = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
-                              capture_output=True, text=True, timeout=60)
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
-    assert done.returncode == 2, done.stderr
-    assert "cannot merge the replicas' query lists" in done.stderr
-    assert "Traceback" not in done.stderr
 
 
 HOSTILE = ["a\x1b]0;title\x07b", "\x1b[2Jclear", "x\x9by", "cr\rlf", "bidi\u202eevil"]
@@ -265,8 +273,6 @@ def test_top_shows_control_characters_of_every_text_escaped(tmp_path: Path) -> N
 def test_top_escapes_what_an_endpoint_answers(tmp_path: Path) -> None:
     """A server answering ``/queries`` with such texts, and an error whose body is one:
     neither reaches the terminal raw."""
-    import http.server
-    import threading
 
     lists = {"enabled": True, "min_sessions": 1, "capacity": 10, "worsened": [], "lists": [{
         "list": "searches", "window": "1h\x1b[2J", "query_class": "all\u202e",
@@ -275,29 +281,16 @@ def test_top_escapes_what_an_endpoint_answers(tmp_path: Path) -> None:
         ],
     }]}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            found = self.path == "/queries"
-            body = json.dumps(lists).encode() if found else b"gone\x1b]0;title\x07\x1b[2J"
-            self.send_response(200 if found else 500)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> tuple[int, bytes]:
+        if path == "/queries":
+            return 200, json.dumps(lists).encode()
+        return 500, b"gone\x1b]0;title\x07\x1b[2J"
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with answering(answer) as url:
         listed = subprocess.run([*SEARCHMON, "top", "--url", url],
                                 capture_output=True, timeout=60)
         failed = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
                                 capture_output=True, timeout=60)
-    finally:
-        server.shutdown()
     assert listed.returncode == 0, listed.stderr
     assert raw_controls(listed.stdout.decode()) == [], listed.stdout
     assert r"a\x1b]0;title\x07b" in listed.stdout.decode()
