@@ -68,6 +68,9 @@ NO_PROGRESS = 300.0
 """...or when some partition has lag and no record was processed for this long."""
 STOP_GRACE = 4.5
 """Seconds from SIGTERM to exit at the latest."""
+JUDGMENTS_FIRST = 60.0
+"""Seconds the events partitions wait at most, after the last record processed, for the
+judgments partitions acquired to be read to their end."""
 
 
 class WallClock:
@@ -179,6 +182,9 @@ class Daemon:
         )
         """A pause at least this long may have let the session expire (no heartbeat since
         at most a heartbeat interval before it)."""
+        self._judgments_first: float | None = None
+        """Since when the events partitions wait for the judgments partitions acquired to be
+        read to their end (None: they do not wait)."""
         self.turned = self.progressed = time.monotonic()
         """When the consumer loop last turned; when records were last processed (or none
         waited): ``/livez``."""
@@ -374,6 +380,8 @@ class Daemon:
         )
         log.info("took over %s", _names(new))
         self.owned = owned  # /readyz: ready from here on
+        if any(key[0] == self.config.kafka.judgments_topic for key in new):
+            self._judgments_first = time.monotonic()
         self._check_judgments_topic(source)
 
     def _abandon_restore(self, worker: Worker) -> None:
@@ -481,7 +489,7 @@ class Daemon:
     def _send(
         self, source: KafkaSource, worker: Worker, batch: Records, waiting: set[Key]
     ) -> None:
-        owned = self.owned - waiting
+        owned = self.owned - waiting - self._judgments_go_first(source, batch, waiting)
         parts = [
             ((tp.topic, tp.partition), [r.offset for r in records], [r.value for r in records])
             for tp, records in batch.items()
@@ -510,6 +518,39 @@ class Daemon:
             self._parts = [key for key, _, _ in parts]
             self._sent_at = time.monotonic()
             self._stall_logged = False
+
+    def _judgments_go_first(
+        self, source: KafkaSource, batch: Records, waiting: set[Key]
+    ) -> set[Key]:
+        """The events partitions whose records in ``batch`` wait (they are read again) while
+        the judgments partitions acquired are read to their end. The live qrels join scores
+        a live query with the qrels read before it: with the judgments first, the queries it
+        scores do not depend on the order Kafka hands the partitions over in, and a first
+        start and a restart over the same backlog score the same ones. Should the judgments
+        make no progress for ``JUDGMENTS_FIRST`` seconds (a partition that cannot be
+        fetched), the events go on. (Not ``pause``: kafka-python 3.0 can keep the records a
+        paused partition had fetched and never fetch that partition again.)"""
+        since = self._judgments_first
+        if since is None:
+            return set()
+        if self._judgments_caught_up(source):
+            self._judgments_first = None
+            return set()
+        if time.monotonic() - max(since, self.progressed) > JUDGMENTS_FIRST:
+            log.warning(
+                "the judgments topic was not read to its end within %.0f s; reading the "
+                "events meanwhile (live queries are joined with the qrels read so far)",
+                JUDGMENTS_FIRST,
+            )
+            self._judgments_first = None
+            return set()
+        topic = self.config.kafka.judgments_topic
+        held = {key for key in self.owned if key[0] != topic}
+        for tp, records in batch.items():
+            key = (tp.topic, tp.partition)
+            if key in held and key not in waiting and records:
+                source.seek(key, records[0].offset)
+        return held
 
     def _settle(self, source: KafkaSource, worker: Worker) -> None:
         """Wait for the batch in flight; dead-letter what it rejected. A batch that takes

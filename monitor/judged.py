@@ -82,9 +82,11 @@ class Window:
     """A rolling window of scores: sums and counts per (class, measure) in time buckets.
 
     Its size depends on the configuration alone (buckets x classes x measures), never on how
-    many queries were scored. A query is admitted when its time is inside the window at
-    scoring time; a bucket leaves once it lies wholly before ``clock - length``, so the window
-    covers between ``length`` and ``length + length / 60`` of event time.
+    many queries were scored. A bucket leaves once it lies wholly before ``clock - length``,
+    so the window covers between ``length`` and ``length + length / 60`` of event time; a
+    query is admitted when its bucket is still inside at scoring time. What a window holds is
+    then the queries of its buckets, whatever order they were scored in (partitions read at
+    different paces, a restart).
     """
 
     length: float
@@ -118,10 +120,14 @@ class Window:
                             cell[0] += total
                             cell[1] += count
 
+    def first(self, clock: float) -> int:
+        """The oldest bucket kept at ``clock``."""
+        return int((clock - self.length) // self.width)
+
     def evict(self, clock: float) -> None:
         if math.isinf(clock):
             return
-        first = int((clock - self.length) // self.width)
+        first = self.first(clock)
         for index in [i for i in self.buckets if i < first]:
             del self.buckets[index]
 
@@ -425,6 +431,13 @@ class Judged:
         if time > self.clock:
             self.clock = time
 
+    def score_waiting(self) -> None:
+        """Score the queries waiting for a full batch. Called after each batch of input, so
+        that the state read between batches (exported, checkpointed, reported) holds every
+        query joined so far, and the batches scored follow the input alone, never the
+        moments the state is read at."""
+        self._flush()
+
     def settle(self, time: float) -> None:
         """Complete the samples without a message for ``sample_quiet`` before ``time``.
 
@@ -558,8 +571,10 @@ class Judged:
                     for bucket, n in enumerate(np.bincount(buckets[chosen, m], minlength=size)):
                         counts[bucket] += int(n)
                     self.histogram_sums[key] += float(matrix[chosen, m].sum())
-        for (source, length), window in self.time_windows.items():
-            admitted = (sources == SOURCES.index(source)) & (times >= self.clock - length)
+        for (source, _), window in self.time_windows.items():
+            admitted = sources == SOURCES.index(source)
+            if not math.isinf(self.clock):
+                admitted &= np.floor_divide(times, window.width) >= window.first(self.clock)
             if admitted.any():
                 window.add_batch(times[admitted], classes[admitted], matrix[admitted],
                                  valid[admitted])
@@ -609,9 +624,9 @@ class Judged:
         """Live-joined queries whose mean score over the last ``length`` of event time (the
         newest two half-window buckets, the current one partial) dropped most against the
         ``length`` before it: per (class or OVERALL, measure), at most ``WORSENED_ROWS``
-        (key, mean before, mean now), largest drop first."""
+        (key, mean before, mean now), largest drop first. Reading only: the queries waiting
+        to be scored count once they are (``score_waiting``, after each batch of input)."""
         measures = len(self.specs)
-        self._flush()  # the live queries waiting to be scored count too
         if math.isinf(self.clock):
             return {}
         now = int(self.clock // (length / 2))

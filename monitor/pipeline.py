@@ -462,9 +462,11 @@ class Pipeline:
     def offline_tick(self, newest: float, judgments_caught_up: bool) -> None:
         """After each batch of input (a Kafka batch; a file in replay): the offline clock
         moves to ``newest``, the newest event time of every pipeline feeding this one, and
-        when no judgment waits to be read, samples quiet for long enough complete."""
+        when no judgment waits to be read, samples quiet for long enough complete. The
+        queries waiting to be scored are scored then, whether a batch of them is full or not."""
         judged = self.judged
         judged.advance(newest)
+        judged.score_waiting()
         if judgments_caught_up:
             judged.settle(newest)
 

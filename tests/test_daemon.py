@@ -22,6 +22,7 @@ from kafka.errors import IllegalStateError, TopicAlreadyExistsError
 
 from monitor.config import Config
 from monitor.generate import Traffic, World, events
+from monitor.judged import OVERALL
 from monitor.online import OnlineCounters
 from monitor.pipeline import Pipeline
 from monitor.queryreport import query_report
@@ -416,6 +417,59 @@ def test_a_restart_over_hours_of_state_takes_its_partitions_back(
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
     assert daemon.returncode == 0
+
+
+def test_a_restart_over_a_backlog_scores_the_live_queries_a_first_start_scores(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """The live qrels join scores a live query with the qrels read before it, and Kafka hands
+    a backlog's partitions over in an order of its own (the events topic's first, for several
+    polls, as often as not). The judgments partition is read to its end first: a first start
+    and a restart in the middle of the same backlog score every live query whose text has
+    qrels, and export the same scores and window means."""
+    broker.create_topics({"backlog-events": 4, "backlog-judgments": 1})
+    stream = [(key.encode(), line) for _, key, line in events(World.build(7), Traffic(
+        seed=7, sessions_per_second=5.0, duration=3600.0, qrels=True, duplicate_rate=0.0,
+    ))]
+    qrels = [m for m in stream if b'"type":"qrels"' in m[1]]
+    live = [m for m in stream if b'"type":"qrels"' not in m[1]]
+    cut = len(live) // 3
+    broker.produce("backlog-judgments", qrels)
+    broker.produce("backlog-events", live[:cut])
+    kafka = 'events_topic = "backlog-events"\njudgments_topic = "backlog-judgments"\n'
+
+    def run_to(tmp: Path, group: str, port: int, total: int) -> dict[str, float]:
+        daemon = start_daemon(tmp, broker, group, port, kafka)
+        try:
+            return wait_until_read(port, total)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=30)
+
+    group, port = f"g-{uuid.uuid4().hex}", free_port()
+    run_to(tmp_path / "restarted", group, port, len(qrels) + cut)
+    broker.produce("backlog-events", live[cut:])
+    restarted = run_to(tmp_path / "restarted", group, port, len(stream))
+    whole = run_to(tmp_path / "first", f"g-{uuid.uuid4().hex}", free_port(), len(stream))
+
+    def joined(values: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in values.items() if k.startswith((
+            "search_judged_score_bucket", "search_judged_score_count", "search_judged_queries",
+        )) and 'source="live"' in k}
+
+    assert joined(restarted) == joined(whole)
+    means = {k: v for k, v in whole.items() if k.startswith("search_judged_score_mean")}
+    assert means and means == pytest.approx(
+        {k: restarted[k] for k in means}, rel=1e-12, abs=1e-12
+    )
+    reference = Pipeline(Config())  # every qrels message first, then the live traffic
+    for _, message in [*qrels, *live]:
+        reference.feed(message)
+    reference.close()
+    scored = sum(reference.judged.histograms[("live", OVERALL, 0)])
+    assert scored > 10_000
+    count = 'search_judged_score_count{measure="nDCG@10",query_class="all",source="live"}'
+    assert whole[count] == scored
 
 
 def test_a_corrupt_checkpoint_is_refused_unless_discarded(tmp_path: Path, broker: Broker) -> None:

@@ -1,0 +1,119 @@
+"""The partition state worker in-process: a restart over a backlog exports what a run without
+one exports, the live qrels join included."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from monitor.checkpoint import DIRECTORY
+from monitor.codec import PREFIX
+from monitor.config import Config
+from monitor.export import Export, export
+from monitor.generate import Traffic, World, events
+from monitor.worker import Assign, Checkpoint, Part, PartitionStates, Process
+
+EVENTS, JUDGMENTS = "search-events", "search-judgments"
+HOLDER = (JUDGMENTS, 0)
+PARTITIONS = [(EVENTS, 0), (EVENTS, 1), (EVENTS, 2), HOLDER]
+
+
+def partitioned(judged_every: float) -> dict[tuple[str, int], list[bytes]]:
+    """Half an hour of generated traffic with qrels (and judged samples every
+    ``judged_every`` seconds, 0: none), keyed as the producers key it: events by session
+    over three partitions, judged messages to one."""
+    stream = events(World.build(11, size=400), Traffic(
+        seed=11, sessions_per_second=5.0, duration=1800.0, qrels=True,
+        judged_every=judged_every, judged_queries=120,
+    ))
+    logs: dict[tuple[str, int], list[bytes]] = {key: [] for key in PARTITIONS}
+    for _, key, line in stream:
+        if b'"type":"qrels"' in line or b'"type":"judgment"' in line:
+            logs[HOLDER].append(line)
+        else:
+            logs[(EVENTS, zlib.crc32(key.encode()) % 3)].append(line)
+    return logs
+
+
+def polls(logs: dict[tuple[str, int], list[bytes]]) -> list[list[Part]]:
+    """The logs in batches as a consumer hands them over: a few hundred records of each
+    partition per batch, the judgments partition's first."""
+    read = dict.fromkeys(logs, 0)
+    batches = []
+    size = 0
+    while any(read[key] < len(log) for key, log in logs.items()):
+        size = size % 5 + 1
+        batch: list[Part] = []
+        for key in [HOLDER, *(k for k in PARTITIONS if k != HOLDER)]:
+            start, end = read[key], min(len(logs[key]), read[key] + 97 * size)
+            if end > start:
+                batch.append((key, list(range(start, end)), list(logs[key][start:end])))
+                read[key] = end
+        batches.append(batch)
+    return batches
+
+
+def views(states: PartitionStates) -> dict[tuple[str, int], Export]:
+    return {key: export(states.units[key]) for key in PARTITIONS}
+
+
+def as_format_4(data: bytes) -> bytes:
+    """A unit checkpoint as format 4 wrote it: no query lists, worsened queries or drift."""
+    payload = json.loads(data.split(b"\n", 2)[2])
+    del payload["pipeline"]["queries"]
+    del payload["pipeline"]["judged"]["worsened"], payload["pipeline"]["judged"]["drift"]
+    encoded = json.dumps(payload).encode()
+    return PREFIX + b"4 unit\n" + hashlib.sha256(encoded).hexdigest().encode() + b"\n" + encoded
+
+
+def run(
+    state: Path, batches: list[list[Part]], checkpoints: set[int], restart: int | None = None,
+    upgrade: bool = False,
+) -> PartitionStates:
+    """Every batch through one worker, a checkpoint before the batches of ``checkpoints``;
+    before batch ``restart``, a checkpoint and a new worker on the same state directory
+    (``upgrade``: the checkpoints rewritten as format 4 first)."""
+    config = Config.model_validate({"state": {"dir": str(state)}})
+    keys = frozenset(PARTITIONS)
+    states = PartitionStates(config, "replica-1")
+    states.handle(Assign(keys))
+    for number, batch in enumerate(batches):
+        if number in checkpoints or number == restart:
+            states.handle(Checkpoint(keys))
+        if number == restart:
+            for path in (state / DIRECTORY).iterdir() if upgrade else ():
+                path.write_bytes(as_format_4(path.read_bytes()))
+            states = PartitionStates(config, "replica-1")
+            states.handle(Assign(keys))
+        states.handle(Process(batch, True))
+    return states
+
+
+@pytest.mark.parametrize(("judged_every", "restart", "upgrade"), [
+    (0.0, 3, False), (0.0, 17, False), (600.0, 9, False), (600.0, 9, True),
+])
+def test_a_restart_exports_the_live_join_of_a_run_without_one(
+    tmp_path: Path, judged_every: float, restart: int, upgrade: bool
+) -> None:
+    """A checkpoint reads the offline state for the query lists (the worsened queries), and
+    the daemon takes one whenever its interval says so: neither that nor a restart (nor an
+    upgrade from format 4) may change which live queries are scored, or the scores, windows
+    and samples exported."""
+    batches = polls(partitioned(judged_every))
+    assert len(batches) > 20
+    whole = run(tmp_path / "whole", batches, {5, 11})
+    again = run(tmp_path / "again", batches, set(), restart, upgrade)
+    assert whole.offline == again.offline == HOLDER
+    assert views(again) == views(whole)
+    (overall,) = [
+        s.histogram for s in views(whole)[HOLDER].scores
+        if s.source == "live" and s.slice == ("all",) and s.measure == "nDCG@10"
+    ]
+    assert sum(overall.counts) > 1000, "live queries were scored"
+    assert not whole.units[HOLDER].judged.pending, (
+        "what is exported between batches holds every query joined"
+    )
