@@ -23,10 +23,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from monitor.cli.replay import replay
 from monitor.config import Config, parse_config
-from monitor.generate import Traffic, World, events, rfc3339
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.replay import replay, tune_for_throughput
+from monitor.core.pipeline import Pipeline, RejectionLog
+from monitor.inputs.generate import Traffic, World, events, rfc3339
+from monitor.run.tuning import tune_for_throughput
 
 
 def write_events(path: Path, count: int) -> int:

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from monitor.broker import Broker, free_port
-from monitor.generate import Traffic, World, events
+from monitor.cli.broker import Broker, free_port
+from monitor.inputs.generate import Traffic, World, events
 
 
 def run_until_caught_up(config: Path, log: Path, timeout: float = 300.0) -> float:

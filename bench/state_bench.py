@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import TypeAdapter
 
-from monitor import codec
-from monitor.checkpoint import restore_unit
-from monitor.codec import UnitState
 from monitor.config import Config
-from monitor.generate import Traffic, World, events, rfc3339
-from monitor.judged import SOURCES, Judged, JudgedState
-from monitor.pipeline import Pipeline
+from monitor.core.judged import SOURCES, Judged, JudgedState
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.generate import Traffic, World, events, rfc3339
+from monitor.state import codec
+from monitor.state.checkpoint import restore_unit
+from monitor.state.codec import UnitState
 
 
 def generate(path: Path, hours: float, qrels: bool = True) -> int:

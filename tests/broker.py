@@ -1,5 +1,5 @@
-"""The local broker of the integration tests is the product's own (monitor.broker)."""
+"""The local broker of the integration tests is the product's own (monitor.cli.broker)."""
 
-from monitor.broker import FAST_GROUP, Broker, free_port
+from monitor.cli.broker import FAST_GROUP, Broker, free_port
 
 __all__ = ["FAST_GROUP", "Broker", "free_port"]

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from monitor.broker import Broker
+from monitor.cli.broker import Broker
 
 DATA = Path(__file__).parent / "data"
 

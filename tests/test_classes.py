@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config, parse_config
-from monitor.export import export
-from monitor.metrics import ExportCollector
-from monitor.pipeline import Pipeline
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
+from monitor.serve.metrics import ExportCollector
 from tests.events import query
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from monitor.daemon import PauseWatch, WallClock
+from monitor.run.daemon import PauseWatch, WallClock
 
 
 def test_a_step_back_of_the_wall_clock_is_counted_and_ignored(
@@ -37,7 +37,7 @@ def test_a_process_stopped_and_continued_notices_the_pause() -> None:
     """The pause watch in a real process, stopped with SIGSTOP for longer than a second."""
     script = (
         "import sys, time\n"
-        "from monitor.daemon import PauseWatch\n"
+        "from monitor.run.daemon import PauseWatch\n"
         "watch = PauseWatch()\n"
         "watch.take()\n"
         "print('ready', flush=True)\n"

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor import codec
-from monitor.checkpoint import CheckpointError, DirStore, restore_unit
-from monitor.codec import UnitState
 from monitor.config import Config
-from monitor.coordinator import CheckpointCoordinator
-from monitor.export import export
-from monitor.generate import Regression, Traffic, World, events
-from monitor.merge import Ledger
-from monitor.pipeline import Pipeline
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.generate import Regression, Traffic, World, events
+from monitor.run.coordinator import CheckpointCoordinator
+from monitor.state import codec
+from monitor.state.checkpoint import CheckpointError, DirStore, restore_unit
+from monitor.state.codec import UnitState
+from monitor.state.ledger import Ledger
 from tests.conftest import DATA
 
 CUT = 24000
@@ -230,7 +230,7 @@ def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) 
 def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
     """Every leaf of a ledger document replaced by a mistyped or extreme value: decoding and
     rebuilding fail with a clear error, or the ledger adds up."""
-    from monitor.snapshots import StateError
+    from monitor.core.snapshots import StateError
 
     ledger = Ledger()
     ledger.acquire(("events", 0), export(fed(fixture_stream()[:300])), None)

@@ -136,7 +136,7 @@ def test_the_state_process_gets_the_real_password(
 ) -> None:
     """The daemon hands its Config to the state process (fork: inherited; spawn: pickled
     over a pipe), not a JSON dump, which would mask the SASL password."""
-    from monitor import worker
+    from monitor.run import worker
 
     seen = tmp_path / "seen-by-the-state-process"
     real_serve = worker.serve

@@ -21,12 +21,12 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import IllegalStateError, TopicAlreadyExistsError
 
 from monitor.config import Config
-from monitor.generate import Traffic, World, events
-from monitor.judged import OVERALL
-from monitor.online import OnlineCounters
-from monitor.pipeline import Pipeline
-from monitor.queryreport import query_report
-from monitor.source import _highwater, _if_assigned
+from monitor.core.judged import OVERALL
+from monitor.core.online import OnlineCounters
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.generate import Traffic, World, events
+from monitor.inputs.kafka import _highwater, _if_assigned
+from monitor.serve.queries import query_report
 from tests.broker import FAST_GROUP, Broker, free_port
 from tests.test_exposition import get
 
@@ -813,7 +813,7 @@ def test_what_an_operator_reads_versions_process_liveness_and_json_logs(
 def test_livez_fails_when_the_loop_stalls_or_makes_no_progress_while_behind(
     tmp_path: Path,
 ) -> None:
-    from monitor.daemon import NO_PROGRESS, STALLED, Daemon
+    from monitor.run.daemon import NO_PROGRESS, STALLED, Daemon
 
     daemon = Daemon(Config.model_validate({"state": {"dir": str(tmp_path)}}))
     assert daemon._not_alive() is None

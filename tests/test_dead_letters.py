@@ -23,7 +23,7 @@ from kafka.future import Future
 from kafka.structs import TopicPartition
 
 from monitor.config import Config, KafkaConfig
-from monitor.source import (
+from monitor.inputs.kafka import (
     MAX_COPY_BYTES,
     DeadLetter,
     KafkaSource,
@@ -359,7 +359,7 @@ def test_copies_waiting_for_the_dead_letter_topic_are_bounded(
     once the broker acknowledges them, it no longer does."""
     import os
 
-    from monitor import source as module
+    from monitor.inputs import kafka as module
 
     monkeypatch.setattr(module, "MAX_PENDING_COPIES", 3)
     broker = Broker().start()

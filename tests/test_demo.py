@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from monitor.broker import free_port
+from monitor.cli.broker import free_port
 from tests.test_daemon import scrape
 from tests.test_exposition import get
 

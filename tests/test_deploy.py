@@ -22,8 +22,8 @@ from typing import Any, Protocol, cast
 import pytest
 import yaml
 
-from monitor.broker import FAST_GROUP, Broker, free_port
-from monitor.generate import Regression, Traffic, World, events
+from monitor.cli.broker import FAST_GROUP, Broker, free_port
+from monitor.inputs.generate import Regression, Traffic, World, events
 from tests.conftest import load_script
 from tests.test_exposition import get
 

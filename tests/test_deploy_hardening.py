@@ -477,7 +477,7 @@ def test_python_and_the_daemon_run_under_memory_deny_write_execute(tmp_path: Pat
         "    pass\n"
         "import numpy, pydantic_core, msgspec, kafka, prometheus_client\n"
         "import monitor.daemon, monitor.worker, monitor.http, monitor.offline\n"
-        "from monitor.cli import main\n"
+        "from monitor.cli.main import main\n"
         "sys.exit(main(['check-config', sys.argv[1]]))\n"
     )
     done = run(sys.executable, "-c", script, str(tmp_path / "config.toml"))

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.cli.replay import replay
 from monitor.config import Config, parse_config
-from monitor.events import Reason, Rejection
-from monitor.generate import Traffic, World, events
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.replay import replay, report
+from monitor.core.pipeline import Pipeline, RejectionLog
+from monitor.inputs.events import Reason, Rejection
+from monitor.inputs.generate import Traffic, World, events
+from monitor.serve.report import report
 from tests.events import click, conversion, dwell, query
 
 DEFAULT = Config()  # timeout 30 min, allowed lateness 2 min, success dwell 30 s

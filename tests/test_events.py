@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.config import UbiConfig
-from monitor.events import (
+from monitor.core.online import SESSION_OF_QUERY
+from monitor.inputs.events import (
     ClickEvent,
     ConversionEvent,
     DwellEvent,
@@ -23,8 +24,7 @@ from monitor.events import (
     decode_live,
     epoch_seconds,
 )
-from monitor.online import SESSION_OF_QUERY
-from monitor.ubi import decode
+from monitor.inputs.ubi import decode
 from tests.events import T0, click, query
 
 LIMIT = 1 << 20

@@ -20,12 +20,12 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from monitor.cli.replay import replay
 from monitor.config import Config
-from monitor.export import export
-from monitor.http import MetricsServer
-from monitor.metrics import ExportCollector
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.replay import replay
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline, RejectionLog
+from monitor.serve.http import MetricsServer
+from monitor.serve.metrics import ExportCollector
 from tests.conftest import DATA
 
 GOLDEN = DATA / "replay_small.metrics"

@@ -19,7 +19,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from monitor import logs
-from monitor.checkpoint import DirStore
+from monitor.state.checkpoint import DirStore
 from tests.broker import Broker, free_port
 from tests.events import query
 from tests.test_daemon import (  # noqa: F401 (daemon_logs: the daemons' logs on failure)

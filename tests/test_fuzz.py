@@ -9,11 +9,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.cli.replay import replay
 from monitor.config import parse_config
-from monitor.events import Reason
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.replay import replay, report
-from monitor.ubi import decode
+from monitor.core.pipeline import Pipeline, RejectionLog
+from monitor.inputs.events import Reason
+from monitor.inputs.ubi import decode
+from monitor.serve.report import report
 from tests.events import click, conversion, query
 
 json_values = st.recursive(

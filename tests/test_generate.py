@@ -11,9 +11,9 @@ from collections import Counter
 from kafka import KafkaConsumer, TopicPartition
 
 from monitor.config import Config
-from monitor.generate import Regression, Traffic, World, events
-from monitor.pipeline import Pipeline
-from monitor.replay import report
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.generate import Regression, Traffic, World, events
+from monitor.serve.report import report
 from tests.broker import Broker
 
 HOUR = 3600.0

@@ -1,4 +1,4 @@
-"""Space-Saving heavy hitters, the k-anonymity session sets and redaction (monitor.heavy)."""
+"""Space-Saving heavy hitters, the k-anonymity session sets and redaction (monitor.core.heavy)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.heavy import (
+from monitor.core.heavy import (
     AT_SIGNS,
     DASHES,
     DEFAULT_REDACTIONS,
@@ -36,7 +36,7 @@ from monitor.heavy import (
     redact,
     session_hash,
 )
-from monitor.snapshots import StateError
+from monitor.core.snapshots import StateError
 
 
 def zipf_stream(seed: int, length: int, universe: int, exponent: float = 1.1) -> list[str]:

@@ -23,7 +23,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from monitor.http import Limits, MetricsServer, Readiness, tls_context
+from monitor.serve.http import Limits, MetricsServer, Readiness, tls_context
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -438,7 +438,7 @@ def test_raw_exchanges(sent: bytes, answer: list[bytes]) -> None:
 
 
 def test_scrapes_are_not_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("DEBUG", logger="monitor.http")
+    caplog.set_level("DEBUG", logger="monitor.serve.http")
     with serving(static_registry()) as server:
         assert fetch(server.port).status == 200
         assert fetch(server.port, "/nothing").status == 404
@@ -512,10 +512,10 @@ def test_every_answer_carries_the_security_headers() -> None:
     import re
 
     from monitor.config import Config
-    from monitor.export import export
-    from monitor.page import Status
-    from monitor.pipeline import Pipeline
-    from monitor.queryreport import query_report, query_state
+    from monitor.core.export import export
+    from monitor.core.pipeline import Pipeline
+    from monitor.serve.page import Status
+    from monitor.serve.queries import query_report, query_state
     from tests.events import query
 
     config = Config()

@@ -13,14 +13,14 @@ import pytest
 import scipy.stats
 
 from monitor.config import Config, OfflineConfig, parse_config
-from monitor.generate import Regression, Traffic, World, events
-from monitor.judged import OVERALL, SOURCES, Judged
+from monitor.core.judged import OVERALL, SOURCES, Judged
+from monitor.core.pipeline import Pipeline
+from monitor.core.stats import paired_t_p_value, sign_flip_p_value
+from monitor.inputs.generate import Regression, Traffic, World, events
 from monitor.offline.evaluate import evaluate
 from monitor.offline.ranking import FloatArray, IntArray
 from monitor.offline.spec import parse_measure
 from monitor.offline.trec import Qrels, Run
-from monitor.pipeline import Pipeline
-from monitor.stats import paired_t_p_value, sign_flip_p_value
 from tests.events import line, stamp
 
 # --- windows, with the events' own times as the clock -------------------------------------

@@ -16,11 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.cli.replay import replay
 from monitor.config import Config, parse_config
-from monitor.events import Reason, nested_deeper
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.replay import replay, report, sort_time
-from monitor.worker import PartitionStates
+from monitor.core.pipeline import Pipeline, RejectionLog
+from monitor.inputs.events import Reason, nested_deeper
+from monitor.inputs.files import sort_time
+from monitor.run.worker import PartitionStates
+from monitor.serve.report import report
 from tests.events import click, query
 
 KEY = ("search-events", 0)
@@ -137,7 +139,7 @@ def test_a_step_that_fails_on_one_message_rejects_it_and_the_batch_goes_on(
     """A defect (any exception) in a per-message step: that message is rejected as
     ``unprocessable`` (and so dead-lettered), counted once, and the rest of the batch is
     applied, before and after it."""
-    from monitor.classes import QueryClasses
+    from monitor.core.classes import QueryClasses
 
     classify = QueryClasses.classify
 
@@ -256,6 +258,6 @@ def test_a_million_character_text_is_cut_before_it_is_read() -> None:
     ("x" * 50, 10, ""),
 ])
 def test_a_long_text_is_cut_at_a_word_boundary(text: str, limit: int, cut: str) -> None:
-    from monitor.pipeline import cut_text
+    from monitor.core.pipeline import cut_text
 
     assert cut_text(text, limit) == cut

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from monitor import codec
-from monitor.checkpoint import restore_unit
-from monitor.codec import UnitState
 from monitor.config import Config, parse_config
-from monitor.events import Reason
-from monitor.export import export
-from monitor.generate import Regression, Traffic, World, events
-from monitor.online import OnlineCounters, Session
-from monitor.pipeline import Pipeline
-from monitor.replay import report
+from monitor.core.export import export
+from monitor.core.online import OnlineCounters, Session
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.events import Reason
+from monitor.inputs.generate import Regression, Traffic, World, events
+from monitor.serve.report import report
+from monitor.state import codec
+from monitor.state.checkpoint import restore_unit
+from monitor.state.codec import UnitState
 from tests.events import click, conversion, dwell, query
 
 # Short timeouts keep the tables readable: sessions close 60 s after their last event,

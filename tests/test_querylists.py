@@ -14,16 +14,15 @@ from zlib import crc32
 
 import pytest
 
-from monitor import codec, page
-from monitor.codec import UnitState
 from monitor.config import Config, parse_config
-from monitor.export import export
-from monitor.generate import Regression, Traffic, World, events
-from monitor.heavy import SpaceSaving
-from monitor.judged import Judged
-from monitor.pipeline import Pipeline
-from monitor.querylists import BUCKETS, QueryLists, memory_bound, merge_tallies
-from monitor.queryreport import (
+from monitor.core.export import export
+from monitor.core.heavy import SpaceSaving
+from monitor.core.judged import Judged
+from monitor.core.pipeline import Pipeline
+from monitor.core.querylists import BUCKETS, QueryLists, memory_bound, merge_tallies
+from monitor.inputs.generate import Regression, Traffic, World, events
+from monitor.serve import page
+from monitor.serve.queries import (
     STATE,
     FilterError,
     format_lists,
@@ -34,6 +33,8 @@ from monitor.queryreport import (
     select,
     window_states,
 )
+from monitor.state import codec
+from monitor.state.codec import UnitState
 from tests.events import T0, click, line, query, stamp
 
 HOUR = 3600.0

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from monitor import codec
-from monitor.checkpoint import CheckpointError, DirStore, KafkaStore
-from monitor.codec import UnitState, decode_unit
 from monitor.config import Config
-from monitor.export import Export, export
-from monitor.merge import Ledger
-from monitor.pipeline import Pipeline
+from monitor.core.export import Export, export
+from monitor.core.pipeline import Pipeline
+from monitor.state import codec
+from monitor.state.checkpoint import CheckpointError, DirStore, KafkaStore
+from monitor.state.codec import UnitState, decode_unit
+from monitor.state.ledger import Ledger
 from tests.broker import Broker
 from tests.events import query
 
@@ -199,7 +199,7 @@ def test_a_restore_takes_the_checkpoint_of_the_highest_group_generation(broker: 
 def test_checkpoints_and_the_ledger_are_readable_by_their_owner_only(tmp_path: Path) -> None:
     import os
 
-    from monitor.checkpoint import write_file
+    from monitor.state.checkpoint import write_file
 
     store = DirStore(tmp_path / "state")
     store.save({("events", 0): encode(pipeline_with(2), 2)})

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from monitor.generate import Regression, Traffic, World, events
+from monitor.inputs.generate import Regression, Traffic, World, events
 from tests.broker import free_port
 from tests.events import T0, query
 

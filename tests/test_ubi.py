@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from monitor import replay as replay_module
+from monitor.cli.replay import replay_files
 from monitor.config import Config
-from monitor.export import export
-from monitor.pipeline import RejectionLog
-from monitor.replay import replay_files, report
+from monitor.core.export import export
+from monitor.core.pipeline import RejectionLog
+from monitor.inputs import files as replay_module
+from monitor.serve.report import report
 from tests.broker import Broker, free_port
 from tests.test_daemon import log_of, samples, start_daemon, wait_until_read
 from tests.test_exposition import get

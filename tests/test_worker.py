@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from monitor.checkpoint import DIRECTORY
-from monitor.codec import PREFIX
 from monitor.config import Config
-from monitor.export import Export, export
-from monitor.generate import Traffic, World, events
-from monitor.worker import Assign, Checkpoint, Part, PartitionStates, Process
+from monitor.core.export import Export, export
+from monitor.inputs.generate import Traffic, World, events
+from monitor.run.worker import Assign, Checkpoint, Part, PartitionStates, Process
+from monitor.state.checkpoint import DIRECTORY
+from monitor.state.codec import PREFIX
 
 EVENTS, JUDGMENTS = "search-events", "search-judgments"
 HOLDER = (JUDGMENTS, 0)

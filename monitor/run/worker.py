@@ -31,8 +31,14 @@ from typing import Any, TypeVar
 
 from kafka.errors import KafkaError
 
-from monitor import codec, logs
-from monitor.checkpoint import (
+from monitor import logs
+from monitor.config import Config, secret_values
+from monitor.core.export import Export, export
+from monitor.core.pipeline import Pipeline, RejectionLog
+from monitor.run.tuning import tune_for_throughput
+from monitor.serve.queries import QueryState, query_state
+from monitor.state import codec
+from monitor.state.checkpoint import (
     CheckpointError,
     DirStore,
     KafkaStore,
@@ -41,12 +47,7 @@ from monitor.checkpoint import (
     forget_inherited_lock,
     restore_unit,
 )
-from monitor.codec import UnitState
-from monitor.config import Config, secret_values
-from monitor.export import Export, export
-from monitor.pipeline import Pipeline, RejectionLog
-from monitor.queryreport import QueryState, query_state
-from monitor.replay import tune_for_throughput
+from monitor.state.codec import UnitState
 
 log = logging.getLogger(__name__)
 

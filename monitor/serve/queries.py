@@ -24,11 +24,11 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from monitor.classes import ALL
 from monitor.config import Config, parse_duration
-from monitor.judged import OVERALL, Judged
-from monitor.pipeline import Pipeline
-from monitor.querylists import (
+from monitor.core.classes import ALL
+from monitor.core.judged import OVERALL, Judged
+from monitor.core.pipeline import Pipeline
+from monitor.core.querylists import (
     BUCKETS,
     LISTS,
     PublicTally,
@@ -41,7 +41,7 @@ from monitor.querylists import (
     public,
     window_name,
 )
-from monitor.snapshots import Float, Int, require, same_lengths
+from monitor.core.snapshots import Float, Int, require, same_lengths
 
 Report = dict[str, Any]
 

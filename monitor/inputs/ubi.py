@@ -28,7 +28,8 @@ import msgspec
 from pydantic import ValidationError
 
 from monitor.config import UbiConfig
-from monitor.events import (
+from monitor.core.online import SESSION_OF_QUERY
+from monitor.inputs.events import (
     MAX_EPOCH_MS,
     ClickEvent,
     ConversionEvent,
@@ -45,7 +46,6 @@ from monitor.events import (
     too_large,
     untyped,
 )
-from monitor.online import SESSION_OF_QUERY
 
 HIT_ID_FIELDS = ("query_response_hit_ids", "query_response_object_ids",
                  "query_response_objects_ids")

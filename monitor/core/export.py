@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from monitor.classes import ALL, OTHER
-from monitor.events import Reason
-from monitor.judged import OVERALL, SCORE_BUCKETS, SOURCES
-from monitor.online import OnlineCounters
-from monitor.pipeline import Pipeline
-from monitor.snapshots import Float, Int, finite_or_none, require
+from monitor.core.classes import ALL, OTHER
+from monitor.core.judged import OVERALL, SCORE_BUCKETS, SOURCES
+from monitor.core.online import OnlineCounters
+from monitor.core.pipeline import Pipeline
+from monitor.core.snapshots import Float, Int, finite_or_none, require
+from monitor.inputs.events import Reason
 
 SLICE_LABELS = ("query_class",)
 Slice = tuple[str, ...]

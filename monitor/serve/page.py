@@ -16,9 +16,9 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from monitor.classes import ALL
-from monitor.export import Export, SliceFigures
-from monitor.queryreport import QueryState, Report
+from monitor.core.classes import ALL
+from monitor.core.export import Export, SliceFigures
+from monitor.serve.queries import QueryState, Report
 
 ROWS = 10
 """Rows of each list on the page (``/queries`` has them all)."""

@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from monitor.config import Config
-from monitor.merge import LedgerState
-from monitor.pipeline import PipelineState
-from monitor.snapshots import Float, Int
+from monitor.core.pipeline import PipelineState
+from monitor.core.snapshots import Float, Int
+from monitor.state.ledger import LedgerState
 
 VERSION = 5
 PREFIX = b"searchmon-checkpoint "
@@ -169,7 +169,7 @@ def _decode(kind: str, data: bytes, source: str) -> Any:
     fields = header[len(PREFIX):].split(b" ")
     if fields == [b"2"]:
         raise CheckpointError(
-            f"{source}: format 2 (pickled objects), which is migrated (monitor.format2), "
+            f"{source}: format 2 (pickled objects), which is migrated (monitor.state.format2), "
             "not decoded"
         )
     try:

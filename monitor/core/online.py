@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.config import SessionsConfig
-from monitor.events import Reason
-from monitor.snapshots import (
+from monitor.core.snapshots import (
     Float,
     Int,
     finite_or_none,
@@ -23,6 +22,7 @@ from monitor.snapshots import (
     require,
     same_lengths,
 )
+from monitor.inputs.events import Reason
 
 # Bits of Session.flags: the session's own, then those of its latest query; an older
 # query keeps its query bits in its own slot.

@@ -20,13 +20,13 @@ from typing import TextIO
 
 from kafka import KafkaProducer
 
-from monitor.broker import FAST_GROUP, Broker
-from monitor.classes import ALL
+from monitor.cli.broker import FAST_GROUP, Broker
 from monitor.config import Config
-from monitor.daemon import Daemon
-from monitor.export import Export, OfflineFigures
-from monitor.generate import Regression, Traffic, World, events, rfc3339
+from monitor.core.classes import ALL
+from monitor.core.export import Export, OfflineFigures
+from monitor.inputs.generate import Regression, Traffic, World, events, rfc3339
 from monitor.offline.spec import parse_measure
+from monitor.run.daemon import Daemon
 
 EVENTS, JUDGMENTS, DEAD = "search-events", "search-judgments", "search-dead-letters"
 

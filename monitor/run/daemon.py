@@ -36,16 +36,11 @@ from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
-from monitor import checkpoint
 from monitor.config import Config
-from monitor.coordinator import LEDGER_FILE, CheckpointCoordinator
-from monitor.export import Export
-from monitor.http import MetricsServer
-from monitor.merge import Key
-from monitor.metrics import ExportCollector, consumer_metrics
-from monitor.page import Status
-from monitor.source import KafkaSource, RebalanceFence, Records
-from monitor.worker import (
+from monitor.core.export import Export
+from monitor.inputs.kafka import KafkaSource, RebalanceFence, Records
+from monitor.run.coordinator import LEDGER_FILE, CheckpointCoordinator
+from monitor.run.worker import (
     Assign,
     Assigned,
     Drop,
@@ -57,6 +52,11 @@ from monitor.worker import (
     Worker,
     WorkerFailed,
 )
+from monitor.serve.http import MetricsServer
+from monitor.serve.metrics import ExportCollector, consumer_metrics
+from monitor.serve.page import Status
+from monitor.state import checkpoint
+from monitor.state.ledger import Key
 
 log = logging.getLogger(__name__)
 

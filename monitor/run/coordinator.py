@@ -13,16 +13,16 @@ import logging
 import time
 from collections.abc import Iterable
 
-from monitor import checkpoint, codec, format2
-from monitor.checkpoint import CheckpointError
 from monitor.config import Config
-from monitor.export import Export, export
-from monitor.merge import Key, Ledger
-from monitor.pipeline import Pipeline
-from monitor.queryreport import QueryState, Report, report_of
-from monitor.snapshots import StateError
-from monitor.source import KafkaSource, RebalanceFence
-from monitor.worker import Checkpoint, Checkpointed, StartError, Worker, offline_key, refusal
+from monitor.core.export import Export, export
+from monitor.core.pipeline import Pipeline
+from monitor.core.snapshots import StateError
+from monitor.inputs.kafka import KafkaSource, RebalanceFence
+from monitor.run.worker import Checkpoint, Checkpointed, StartError, Worker, offline_key, refusal
+from monitor.serve.queries import QueryState, Report, report_of
+from monitor.state import checkpoint, codec, format2
+from monitor.state.checkpoint import CheckpointError
+from monitor.state.ledger import Key, Ledger
 
 log = logging.getLogger(__name__)
 

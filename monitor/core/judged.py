@@ -16,12 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from monitor.classes import normalise
 from monitor.config import OfflineConfig
-from monitor.offline.measures import score
-from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
-from monitor.offline.spec import MeasureSpec, parse_measure
-from monitor.snapshots import (
+from monitor.core.classes import normalise
+from monitor.core.snapshots import (
     Float,
     Int,
     StateError,
@@ -32,7 +29,10 @@ from monitor.snapshots import (
     require,
     same_lengths,
 )
-from monitor.stats import PairedComparison, compare
+from monitor.core.stats import PairedComparison, compare
+from monitor.offline.measures import score
+from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
+from monitor.offline.spec import MeasureSpec, parse_measure
 
 SOURCES = ("sample", "live")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))

@@ -3,7 +3,7 @@
 Sessions never span partitions (producers key events by session_id), so each partition has
 its own pipeline and its own watermark: a partition that is read ahead of another cannot make
 the other's events late. What a replica exports is arithmetic over the partitions' export
-snapshots (``monitor.export.combine``). Offline (judged) state belongs to the judgments
+snapshots (``monitor.core.export.combine``). Offline (judged) state belongs to the judgments
 topic's partition and is exported by the replica that owns it.
 """
 
@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.classes import OTHER
-from monitor.export import Export, check, combine, fold_classes
-from monitor.snapshots import Int, require
+from monitor.core.classes import OTHER
+from monitor.core.export import Export, check, combine, fold_classes
+from monitor.core.snapshots import Int, require
 
 Key = tuple[str, int]
 """A source partition: (topic, partition)."""

@@ -338,14 +338,16 @@ def _replay(args: argparse.Namespace) -> int:
 
     from prometheus_client.registry import CollectorRegistry
 
-    from monitor.export import export
-    from monitor.http import MetricsServer
-    from monitor.metrics import ExportCollector
-    from monitor.page import Status
-    from monitor.pipeline import RejectionLog
-    from monitor.queryreport import query_state
-    from monitor.replay import format_json as format_replay_json
-    from monitor.replay import format_table, replay_files, report, tune_for_throughput
+    from monitor.cli.replay import replay_files
+    from monitor.core.export import export
+    from monitor.core.pipeline import RejectionLog
+    from monitor.run.tuning import tune_for_throughput
+    from monitor.serve.http import MetricsServer
+    from monitor.serve.metrics import ExportCollector
+    from monitor.serve.page import Status
+    from monitor.serve.queries import query_state
+    from monitor.serve.report import format_json as format_replay_json
+    from monitor.serve.report import format_table, report
 
     config = _load(args.config)
     _logging(args, "info", config)
@@ -387,7 +389,8 @@ def _top(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from monitor.queryreport import (
+    from monitor.core.snapshots import StateError
+    from monitor.serve.queries import (
         STATE,
         FilterError,
         format_lists,
@@ -396,7 +399,6 @@ def _top(args: argparse.Namespace) -> int:
         report_of,
         select,
     )
-    from monitor.snapshots import StateError
 
     filters = {"class": args.query_class, "window": args.window, "list": args.list_name}
     if args.url is not None and len(args.url) == 1:
@@ -454,7 +456,7 @@ def _fetch(base: str, path: str) -> bytes:
             body: bytes = answer.read()
             return body
     except urllib.error.HTTPError as error:
-        from monitor.queryreport import printable  # the answer is anybody's text
+        from monitor.serve.queries import printable  # the answer is anybody's text
 
         raise UsageError(
             f"{url}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
@@ -471,8 +473,8 @@ def _wait_for_signal() -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from monitor.daemon import Daemon, StartError  # kafka-python loads only for the daemon
-    from monitor.replay import tune_for_throughput
+    from monitor.run.daemon import Daemon, StartError  # kafka-python loads only for the daemon
+    from monitor.run.tuning import tune_for_throughput
 
     config = _load(args.config)
     _logging(args, "info", config)
@@ -503,7 +505,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from monitor.demo import run_demo  # the broker and kafka-python load only for the demo
+    from monitor.cli.demo import run_demo  # the broker and kafka-python load only for the demo
 
     _logging(args, "warning")
     logging.getLogger("kafka").setLevel(logging.ERROR)  # its notices would cut the live view
@@ -525,7 +527,7 @@ def _logging(args: argparse.Namespace, default: Level, config: Config | None = N
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from monitor.broker import Broker
+    from monitor.cli.broker import Broker
 
     config = _load(args.config)
     _logging(args, "info", config)
@@ -552,7 +554,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from monitor.generate import Regression, Traffic, World, events
+    from monitor.inputs.generate import Regression, Traffic, World, events
 
     world = World.build(args.seed)
     start = Traffic().start

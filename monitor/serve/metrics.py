@@ -22,10 +22,10 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from monitor import __version__
-from monitor.events import Reason
-from monitor.export import SLICE_LABELS, Export, HistogramFigures
-from monitor.judged import SCORE_BUCKETS
-from monitor.online import OnlineCounters
+from monitor.core.export import SLICE_LABELS, Export, HistogramFigures
+from monitor.core.judged import SCORE_BUCKETS
+from monitor.core.online import OnlineCounters
+from monitor.inputs.events import Reason
 
 
 class Family(NamedTuple):

@@ -21,13 +21,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from monitor.codec import CheckpointError, UnitState, fingerprint
 from monitor.config import Config
-from monitor.export import Export, export
-from monitor.judged import Sample, Summary, Window, _add_cells
-from monitor.merge import Key, Ledger
-from monitor.pipeline import Pipeline
-from monitor.snapshots import StateError, finite_or_none
+from monitor.core.export import Export, export
+from monitor.core.judged import Sample, Summary, Window, _add_cells
+from monitor.core.pipeline import Pipeline
+from monitor.core.snapshots import StateError, finite_or_none
+from monitor.state.codec import CheckpointError, UnitState, fingerprint
+from monitor.state.ledger import Key, Ledger
 
 MAGIC = b"searchmon-checkpoint 2\n"
 
@@ -40,7 +40,7 @@ _FIELDS = {
     "_Rule": ("index", "pattern", "min_terms", "max_terms"),
     "MeasureSpec": (),
 }
-_CLASSES = {
+_CLASSES = {  # the modules as the first releases named them (not this version's layout)
     "monitor.checkpoint": {"Unit"},
     "monitor.classes": {"QueryClasses", "_Rule"},
     "monitor.config": {
@@ -180,7 +180,7 @@ def migrate_ledger(data: bytes, config: Config, source: str) -> Ledger:
 def _changed(record: Any, config: Config) -> list[str]:
     """The sections whose state-relevant settings differ from those the unit was written
     under (the settings ``codec.STATE_SETTINGS`` names)."""
-    from monitor.codec import STATE_SETTINGS
+    from monitor.state.codec import STATE_SETTINGS
 
     changed = []
     for section, names in STATE_SETTINGS.items():
@@ -205,7 +205,7 @@ def _changed(record: Any, config: Config) -> list[str]:
 
 
 def _sum(views: list[Export]) -> Export:
-    from monitor.export import combine
+    from monitor.core.export import combine
 
     return combine([(v, 1) for v in views])
 
@@ -240,7 +240,7 @@ def _pipeline(record: Any, config: Config) -> Pipeline:
 def _sessions(pipeline: Pipeline, record: Any) -> None:
     sessions = pipeline.sessions
     ids, last, klass, queries, flags, query_id, query_class, query_time, older = record["open"]
-    from monitor.online import _restore_session
+    from monitor.core.online import _restore_session
 
     # format 2 applied events on arrival: nothing waits, and a session's first event time
     # is unknown (its latest query's, or its last event's, is the earliest time kept)
@@ -258,8 +258,8 @@ def _sessions(pipeline: Pipeline, record: Any) -> None:
 
 
 def _judged(pipeline: Pipeline, record: Any) -> None:
-    from monitor.judged import Pending, Verdict
-    from monitor.stats import PairedComparison
+    from monitor.core.judged import Pending, Verdict
+    from monitor.core.stats import PairedComparison
 
     judged = pipeline.judged
     judged.active = bool(record["active"])

@@ -41,10 +41,10 @@ from urllib.parse import parse_qs
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from monitor import page
 from monitor.config import HttpConfig
-from monitor.page import Status
-from monitor.queryreport import STATE, FilterError, select
+from monitor.serve import page
+from monitor.serve.page import Status
+from monitor.serve.queries import STATE, FilterError, select
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,25 @@ from typing import cast, final
 
 from pydantic import ValidationError
 
-from monitor.classes import NEW, QueryClasses
 from monitor.config import Config
-from monitor.events import (
+from monitor.core.classes import NEW, QueryClasses
+from monitor.core.judged import Judged, JudgedState
+from monitor.core.online import (
+    CLICK,
+    CONVERSION,
+    DWELL,
+    IMPRESSION,
+    QUERY,
+    SESSION_OF_QUERY,
+    Accepted,
+    CountersState,
+    OnlineCounters,
+    Sessions,
+    SessionsState,
+)
+from monitor.core.querylists import QueryLists, QueryListsState
+from monitor.core.snapshots import Int, require
+from monitor.inputs.events import (
     ClickEvent,
     ConversionEvent,
     DwellEvent,
@@ -39,23 +55,7 @@ from monitor.events import (
     too_large,
     untyped,
 )
-from monitor.judged import Judged, JudgedState
-from monitor.online import (
-    CLICK,
-    CONVERSION,
-    DWELL,
-    IMPRESSION,
-    QUERY,
-    SESSION_OF_QUERY,
-    Accepted,
-    CountersState,
-    OnlineCounters,
-    Sessions,
-    SessionsState,
-)
-from monitor.querylists import QueryLists, QueryListsState
-from monitor.snapshots import Int, require
-from monitor.ubi import UbiReader
+from monitor.inputs.ubi import UbiReader
 
 log = logging.getLogger(__name__)
 

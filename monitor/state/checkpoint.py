@@ -34,12 +34,12 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import TopicPartition
 
-from monitor import format2
-from monitor.codec import CheckpointError, UnitState, changed_sections, decode_unit
 from monitor.config import Config
-from monitor.merge import Key
-from monitor.pipeline import Pipeline
-from monitor.snapshots import StateError
+from monitor.core.pipeline import Pipeline
+from monitor.core.snapshots import StateError
+from monitor.state import format2
+from monitor.state.codec import CheckpointError, UnitState, changed_sections, decode_unit
+from monitor.state.ledger import Key
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
-from monitor.classes import normalise
 from monitor.config import QueryListsConfig
-from monitor.heavy import (
+from monitor.core.classes import normalise
+from monitor.core.heavy import (
     DIGITS,
     EMAIL,
     HeavyQueries,
@@ -40,7 +40,7 @@ from monitor.heavy import (
     Redactions,
     merge_many,
 )
-from monitor.snapshots import Float, Int, require, same_lengths
+from monitor.core.snapshots import Float, Int, require, same_lengths
 
 BUCKETS = 4
 """Time buckets per window."""
@@ -229,7 +229,7 @@ class QueryLists:
         if batch is None or not batch.low <= time < batch.high:
             batch = self._batch(batches, klass, time, arrivals)
         entry = batch.counts.get(key)
-        # crc32(session_id.encode()) is ``monitor.heavy.session_hash``, inlined: per query
+        # crc32(session_id.encode()) is ``monitor.core.heavy.session_hash``, inlined: per query
         if entry is None:
             session = crc32(session_id.encode())
             batch.counts[key] = [1, 1 if flag else 0, {session}, {session} if flag else set()]

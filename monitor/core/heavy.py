@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from zlib import crc32
 
-from monitor.snapshots import Int, require, same_lengths
+from monitor.core.snapshots import Int, require, same_lengths
 
 INT64 = range(-(2**63), 2**63)
 

@@ -1,0 +1,1 @@
+"""``searchmon run``: the consumer loop, the state process and the checkpoint coordinator."""

@@ -1,0 +1,154 @@
+"""The replay report: a pipeline's online and offline figures as JSON or a table
+(``searchmon replay --report``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from monitor.core.classes import ALL
+from monitor.core.judged import OVERALL
+from monitor.core.online import OnlineCounters
+from monitor.core.pipeline import Pipeline
+from monitor.serve.queries import query_report
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _online_entry(counters: OnlineCounters, classes: list[int]) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        name: sum(getattr(counters, name)[c] for c in classes) for name in OnlineCounters.COUNTS
+    }
+    entry["ctr"] = _ratio(entry["clicked_queries"], entry["queries"])
+    entry["zero_result_rate"] = _ratio(entry["zero_result_queries"], entry["queries"])
+    entry["abandonment_rate"] = _ratio(entry["abandoned_sessions"], entry["sessions"])
+    entry["session_success_rate"] = _ratio(entry["successful_sessions"], entry["sessions"])
+    return entry
+
+
+def report(pipeline: Pipeline) -> dict[str, Any]:
+    """The replay report: online and offline results overall and per class, rejections,
+    the query lists."""
+    names = pipeline.classes.names
+    online = {"all": _online_entry(pipeline.counters, list(range(len(names))))}
+    for klass, name in enumerate(names):
+        online[name] = _online_entry(pipeline.counters, [klass])
+    rejected = {r.value: n for r, n in pipeline.health.rejected.items() if n}
+    return {
+        "online": online,
+        "offline": _offline(pipeline),
+        "regressions": _regressions(pipeline),
+        "rejected": rejected,
+        "unmatched_clicks": pipeline.sessions.unmatched_clicks,
+        "ignored_actions": pipeline.health.ignored_actions,
+        "queries": query_report([pipeline], pipeline, pipeline.config),
+    }
+
+
+def _offline(pipeline: Pipeline) -> dict[str, Any]:
+    """All judged-sample queries replayed: their number and mean per measure, by class."""
+    judged = pipeline.judged
+    out: dict[str, Any] = {}
+    names = pipeline.classes.names
+    for klass, name in [(OVERALL, ALL), *enumerate(names)]:
+        count = judged.judged_queries.get(klass, 0)
+        if klass != OVERALL and count == 0:
+            continue
+        entry: dict[str, Any] = {"judged_queries": count}
+        for m, spec in enumerate(judged.specs):
+            total, n = judged.totals.get((klass, m), (0.0, 0))
+            entry[str(spec)] = total / n if n else None
+        out[name] = entry
+    return out
+
+
+def _regressions(pipeline: Pipeline) -> dict[str, Any]:
+    """The latest completed sample against its baseline, per class and measure."""
+    judged = pipeline.judged
+    names = pipeline.classes.names
+    out: dict[str, dict[str, Any]] = {}
+    for (klass, m), verdict in sorted(judged.verdicts.items()):
+        name = ALL if klass == OVERALL else names[klass]
+        comparison = verdict.comparison
+        out.setdefault(name, {})[str(judged.specs[m])] = {
+            "sample": verdict.sample_id,
+            "baseline": verdict.baseline_id,
+            "shared_queries": comparison.shared,
+            "delta": comparison.delta if comparison.shared else None,
+            "p_permutation": comparison.p_permutation if comparison.shared else None,
+            "p_t": comparison.p_t if comparison.shared else None,
+            "regression": verdict.regression,
+        }
+    return out
+
+
+def format_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2) + "\n"
+
+
+TABLE_COLUMNS = (
+    ("queries", "queries", "{:d}"),
+    ("ctr", "CTR", "{:.3f}"),
+    ("zero_result_rate", "zero-result", "{:.3f}"),
+    ("sessions", "sessions", "{:d}"),
+    ("abandonment_rate", "abandonment", "{:.3f}"),
+    ("session_success_rate", "success", "{:.3f}"),
+    ("reformulated_queries", "reformulated", "{:d}"),
+    ("conversions", "conversions", "{:d}"),
+)
+
+
+def _columns(rows: list[list[str]]) -> str:
+    """Rows as fixed-width columns, the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                  enumerate(zip(row, widths, strict=True))) + "\n"
+        for row in rows
+    )
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """A fixed-width table: one row per class, then ``all``; rejections below."""
+    rows = [["class", *(title for _, title, _ in TABLE_COLUMNS)]]
+    online = result["online"]
+    for name in [*sorted(n for n in online if n != "all"), "all"]:
+        entry = online[name]
+        rows.append([name, *(
+            "-" if entry[key] is None else fmt.format(entry[key]) for key, _, fmt in TABLE_COLUMNS
+        )])
+    text = _columns(rows)
+    offline = result["offline"]
+    if offline.get("all", {}).get("judged_queries"):
+        text += "\njudged samples (all replayed):\n"
+        measures = [k for k in offline["all"] if k != "judged_queries"]
+        rows = [["class", "judged", *measures]]
+        for name in [*sorted(n for n in offline if n != "all"), "all"]:
+            entry = offline[name]
+            rows.append([name, str(entry["judged_queries"]), *(
+                "-" if entry[m] is None else f"{entry[m]:.4f}" for m in measures
+            )])
+        text += _columns(rows)
+    regressions = result["regressions"]
+    if regressions:
+        text += "\nlatest judged sample against its baseline:\n"
+        rows = [["class", "measure", "sample", "baseline", "shared", "delta", "p", "regression"]]
+        for name in sorted(regressions):
+            for measure, v in regressions[name].items():
+                rows.append([
+                    name, measure, v["sample"], v["baseline"], str(v["shared_queries"]),
+                    "-" if v["delta"] is None else f"{v['delta']:+.4f}",
+                    "-" if v["p_permutation"] is None else f"{v['p_permutation']:.4f}",
+                    {True: "REGRESSION", False: "no", None: "too few queries"}[v["regression"]],
+                ])
+        text += _columns(rows)
+    rejected = result["rejected"]
+    if rejected:
+        text += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))
+        text += "\n"
+    if result["unmatched_clicks"] or result["ignored_actions"]:
+        text += (f"\nclicks on a query not seen in their session: {result['unmatched_clicks']}"
+                 f"; UBI actions ignored: {result['ignored_actions']}\n")
+    return text
