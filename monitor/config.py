@@ -11,6 +11,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -196,6 +197,15 @@ class QueryClassesConfig(Section):
         return names
 
 
+def _zone_name(value: str) -> str:
+    if value != "reject":
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("expected an IANA time zone (UTC, Europe/Berlin) or reject") from None
+    return value
+
+
 class InputConfig(Section):
     max_event_bytes: int = Field(default=1 << 20, ge=256)
     """Messages larger than this are rejected as ``too_large`` before decoding."""
@@ -204,6 +214,13 @@ class InputConfig(Section):
     max_depth: int = Field(default=64, ge=2, le=500)
     """Messages nesting arrays and objects deeper than this are rejected as ``too_deep``
     (checked in one linear pass before decoding)."""
+    formats: list[str] = ["native", "ubi"]
+    """The decoder chain: the input formats tried in this order on each message (the first
+    that recognises it decodes it). Each is the module ``monitor/inputs/<name>.py``, whose
+    ``DECODER`` reads it: listing a module here is its registration."""
+    naive_timezone: str = "reject"
+    """Native timestamps without an offset: rejected (``naive_timestamp``), or read in this
+    IANA zone. (UBI records have their own, ``[ubi] naive_timezone``.)"""
     batch_budget: Duration = Field(default=10.0, gt=0)
     """A batch still being processed after this long is a stall: logged with the partition
     and offset of the record in hand, and ``/readyz`` says so until it ends."""
@@ -213,6 +230,26 @@ class InputConfig(Section):
     that no step's cost grows with a text's length beyond it (the query lists' redaction is
     linear and reads only what their key needs)."""
 
+
+
+    @field_validator("naive_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        return _zone_name(value)
+
+    @field_validator("formats")
+    @classmethod
+    def _known_formats(cls, names: list[str]) -> list[str]:
+        unknown = [
+            name for name in names
+            if not name.isidentifier() or find_spec(f"monitor.inputs.{name}") is None
+        ]
+        if unknown or not names or len(set(names)) != len(names):
+            raise ValueError(
+                "expected distinct input formats, each a module of monitor/inputs "
+                f"(native, ubi, ...); unknown: {', '.join(unknown) or 'none'}"
+            )
+        return names
 
 class OfflineConfig(Section):
     measures: list[str] = ["nDCG@10", "P@5", "AP", "RR", "Judged@10"]
@@ -272,14 +309,7 @@ class UbiConfig(Section):
     @field_validator("naive_timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
-        if value != "reject":
-            try:
-                ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(
-                    "expected an IANA time zone (UTC, Europe/Berlin) or reject"
-                ) from None
-        return value
+        return _zone_name(value)
 
     @model_validator(mode="after")
     def _disjoint(self) -> UbiConfig:

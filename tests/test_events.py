@@ -3,39 +3,53 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.config import UbiConfig
-from monitor.core.online import SESSION_OF_QUERY
+from monitor.config import Config, InputConfig, UbiConfig
+from monitor.inputs.chain import DecoderChain, Result
 from monitor.inputs.events import (
+    SESSION_OF_QUERY,
     ClickEvent,
     ConversionEvent,
+    Decoded,
     DwellEvent,
-    FastPathError,
     IgnoredAction,
     ImpressionEvent,
+    JudgedMessage,
+    Live,
     QueryEvent,
     Reason,
     Rejection,
-    as_live,
-    decode_live,
-    epoch_seconds,
 )
-from monitor.inputs.ubi import decode
+from monitor.inputs.native import FastPathError, as_live, decode_live, decode_native
+from monitor.inputs.timestamps import Timestamps
 from tests.events import T0, click, query
 
 LIMIT = 1 << 20
+
+
+def decode(
+    data: bytes, limit: int = LIMIT, ubi: UbiConfig | None = None
+) -> Live | JudgedMessage | Rejection | IgnoredAction:
+    """What the decoder chain of a configuration makes of ``data`` (a live event without its
+    time)."""
+    config = Config(input=InputConfig(max_event_bytes=limit), ubi=ubi or UbiConfig())
+    result: Result = DecoderChain(config).read(data)
+    if type(result) is tuple:
+        return cast(Decoded, result)[1]
+    return cast(JudgedMessage | Rejection | IgnoredAction, result)
 
 
 def test_native_query_decodes_with_unknown_fields_ignored() -> None:
     raw = json.loads(query("e1", 0, "s1", "q1"))
     raw["future_field"] = {"nested": [1, 2]}
     event = decode(json.dumps(raw).encode(), LIMIT)
-    assert isinstance(event, dict) and event["type"] == "query"
-    assert event["result_ids"][:2] == ["d0", "d1"] and "future_field" not in event
+    assert isinstance(event, QueryEvent)
+    assert event.result_ids[:2] == ["d0", "d1"] and not hasattr(event, "future_field")
 
 
 @pytest.mark.parametrize(
@@ -48,7 +62,7 @@ def test_native_query_decodes_with_unknown_fields_ignored() -> None:
     ],
 )
 def test_timestamps(stamp: int | str, seconds: float) -> None:
-    assert epoch_seconds(stamp) == pytest.approx(seconds)
+    assert Timestamps().read(stamp) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +70,7 @@ def test_timestamps(stamp: int | str, seconds: float) -> None:
     [
         (b"not json", Reason.INVALID_JSON),
         (b'{"type": "query", "event_id": ', Reason.INVALID_JSON),
-        (b"[" * 5000 + b"]" * 5000, Reason.INVALID_JSON),
+        (b"[" * 5000 + b"]" * 5000, Reason.TOO_DEEP),
         (b"[1, 2]", Reason.SCHEMA),
         (b'"a string"', Reason.SCHEMA),
         (b'{"type": "query", "event_id": "e1"}', Reason.SCHEMA),
@@ -128,7 +142,8 @@ def test_ubi_positions_of_every_form_the_schema_allows(
               "event_attributes": {"position": position}}
     event = decode(json.dumps(record).encode(), LIMIT)
     assert isinstance(event, ClickEvent) and event.position == rank
-    assert event.timestamp == "2018-11-13T20:20:39+00:00", "no offset: UTC"
+    timed = DecoderChain(Config()).read(json.dumps(record).encode())
+    assert cast(Decoded, timed)[0] == 1542140439.0, "no offset: read as UTC ([ubi])"
     one_based = decode(json.dumps(record).encode(), LIMIT, UbiConfig(ordinal_base=1))
     if position is not None and position.get("ordinal") == 0:
         assert isinstance(one_based, Rejection) and "ordinal" in one_based.detail
@@ -166,7 +181,8 @@ def test_ubi_records_the_schema_allows_and_those_it_does_not() -> None:
     assert decode(json.dumps(untied).encode(), LIMIT) == IgnoredAction("click")
     naive = decode(json.dumps(minimal_query | {"timestamp": "2018-11-13T20:20:39"}).encode(),
                    LIMIT, UbiConfig(naive_timezone="reject"))
-    assert isinstance(naive, Rejection) and "offset" in naive.detail
+    assert isinstance(naive, Rejection) and naive.reason is Reason.NAIVE_TIMESTAMP
+    assert "offset" in naive.detail
 
 
 ODD_VALUES = [
@@ -209,7 +225,7 @@ def test_the_fast_path_accepts_only_what_the_full_validation_accepts_alike(
         fast = decode_live(data)
     except FastPathError:
         return
-    slow = decode(data, LIMIT)
+    slow = decode_native(data)
     assert isinstance(slow, dict), (document, slow)
     assert slow["type"] != "judgment" and slow["type"] != "qrels"
     assert as_live(slow) == fast

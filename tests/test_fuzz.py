@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from monitor.cli.replay import replay
 from monitor.config import parse_config
 from monitor.core.pipeline import Pipeline, RejectionLog
-from monitor.inputs.events import Reason
-from monitor.inputs.ubi import decode
+from monitor.inputs.chain import DecoderChain
+from monitor.inputs.events import Decoded, QueryEvent, Reason
 from monitor.serve.report import report
 from tests.events import click, conversion, query
 
@@ -48,13 +48,14 @@ def mutations() -> st.SearchStrategy[bytes]:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(mutations(), max_size=60))
 def test_every_line_is_accepted_or_rejected_exactly_once(lines: list[bytes]) -> None:
-    pipeline = Pipeline(parse_config("[input]\nmax_event_bytes = 1000000"))
+    config = parse_config("[input]\nmax_event_bytes = 1000000")
+    pipeline, chain = Pipeline(config), DecoderChain(config)
     returned = accepted_queries = 0
     for line in lines:
-        decoded = decode(line, 1_000_000)
+        decoded = chain.read(line)
         if pipeline.feed(line) is not None:
             returned += 1
-        elif isinstance(decoded, dict) and decoded["type"] == "query":
+        elif type(decoded) is tuple and type(cast(Decoded, decoded)[1]) is QueryEvent:
             accepted_queries += 1
     pipeline.close()
     health = pipeline.health

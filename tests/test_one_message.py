@@ -258,6 +258,6 @@ def test_a_million_character_text_is_cut_before_it_is_read() -> None:
     ("x" * 50, 10, ""),
 ])
 def test_a_long_text_is_cut_at_a_word_boundary(text: str, limit: int, cut: str) -> None:
-    from monitor.core.pipeline import cut_text
+    from monitor.inputs.native import cut_text
 
     assert cut_text(text, limit) == cut

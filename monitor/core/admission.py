@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from monitor.core.pipeline import JudgedMessage, Pipeline, Read, RejectionLog
-from monitor.inputs.events import Rejection
+from monitor.core.pipeline import Pipeline, Read, RejectionLog
+from monitor.inputs.events import JudgedMessage, Rejection
 from monitor.inputs.files import Line
 
 AHEAD = 128

@@ -22,7 +22,7 @@ from monitor.core.snapshots import (
     require,
     same_lengths,
 )
-from monitor.inputs.events import Reason
+from monitor.inputs.events import SESSION_OF_QUERY, Reason
 
 # Bits of Session.flags: the session's own, then those of its latest query; an older
 # query keeps its query bits in its own slot.
@@ -32,9 +32,6 @@ QUERY_CLICKED = 4
 CLICK_AFTER = 8  # some click in the session arrived after this query
 RESULTS_UNKNOWN = 16  # its result list was not logged: impression events count them
 QUERY_BITS = QUERY_CLICKED | CLICK_AFTER | RESULTS_UNKNOWN
-SESSION_OF_QUERY = "\x01"
-"""Prefix of a session id that is resolved through the event's query id when the event is
-applied: the session of that query if one is open, else the rest of the id (UBI events)."""
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)

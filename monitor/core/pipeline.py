@@ -9,9 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import cast, final
-
-from pydantic import ValidationError
+from typing import cast
 
 from monitor.config import Config
 from monitor.core.classes import NEW, QueryClasses
@@ -22,7 +20,6 @@ from monitor.core.online import (
     DWELL,
     IMPRESSION,
     QUERY,
-    SESSION_OF_QUERY,
     Accepted,
     CountersState,
     OnlineCounters,
@@ -31,35 +28,24 @@ from monitor.core.online import (
 )
 from monitor.core.querylists import QueryLists, QueryListsState
 from monitor.core.snapshots import Int, require
+from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
+    SESSION_OF_QUERY,
     ClickEvent,
     ConversionEvent,
+    Decoded,
     DwellEvent,
-    Event,
-    FastPathError,
     IgnoredAction,
     ImpressionEvent,
-    Judgment,
+    JudgedMessage,
     Live,
-    Qrels,
     QueryEvent,
     Reason,
     Rejection,
-    as_live,
-    decode_live,
-    decode_native,
-    epoch_seconds,
-    nested_deeper,
-    rejection,
-    too_deep,
-    too_large,
-    untyped,
 )
-from monitor.inputs.ubi import UbiReader
+from monitor.inputs.native import cut_text
 
 log = logging.getLogger(__name__)
-
-fromisoformat = datetime.fromisoformat
 
 FAILURES_LOGGED = 10
 """Messages a step failed on that are logged with their traceback (per pipeline)."""
@@ -107,16 +93,6 @@ class LiveQuery:
     results: list[str]
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class JudgedMessage:
-    """A judgment or qrels message, validated; ``ranking``: a judgment's, in ranked order."""
-
-    time: float
-    event: Judgment | Qrels
-    ranking: list[str] | None
-
-
 Forwarded = LiveQuery | JudgedMessage
 LIVE = (QueryEvent, ClickEvent, DwellEvent, ConversionEvent, ImpressionEvent)
 Read = tuple[Accepted, Live] | JudgedMessage
@@ -148,8 +124,11 @@ class PipelineState:
 class Pipeline:
     """Turns messages into online counters by query class."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, decoders: DecoderChain | None = None) -> None:
         self.config = config
+        self.decoders = decoders if decoders is not None else DecoderChain(config)
+        """Bytes to events: the input formats of ``[input] formats``."""
+        self._decode = self.decoders.read
         self.classes = QueryClasses.from_config(config.query_classes)
         self.counters = OnlineCounters()
         for _ in self.classes.names:
@@ -157,8 +136,6 @@ class Pipeline:
         self.sessions = Sessions(config.sessions, self.counters)
         self.sessions.served = self._join_live
         self.health = Health()
-        self._max_bytes = config.input.max_event_bytes
-        self._max_depth = config.input.max_depth
         self._max_chars = config.input.max_query_chars
         self._class_index = self.classes.index
         self.judged = Judged(config.offline)
@@ -166,9 +143,6 @@ class Pipeline:
         if self.lists is not None:
             self.sessions.finished = self.lists.finished
             self.judged.show = self.lists.key  # judged keys are normalised: this redacts
-        self._ubi = UbiReader(config.ubi)
-        self._seconds_of: dict[str, float] = {}
-        """Epoch seconds of ``YYYY-MM-DDTHH:MM:SS`` prefixes of timestamps (``_seconds``)."""
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
         messages and live queries then wait in ``forwarded`` for ``forward_to``."""
@@ -195,22 +169,18 @@ class Pipeline:
             return self._unprocessable(error, self.health.accepted)
 
     def _read(self, data: bytes, hint: str | None) -> Read | Rejection | None:
-        event: Live | JudgedMessage | Rejection | None
-        try:
-            if len(data) > self._max_bytes or (
-                data.count(b"[") + data.count(b"{") > self._max_depth
-            ):
-                raise FastPathError
-            event = decode_live(data)
-        except (FastPathError, UnicodeDecodeError):
-            event = self._read_other(data, hint)
-            if not isinstance(event, LIVE):
-                return event
-        stamp = event.timestamp
-        seconds = stamp / 1000.0 if type(stamp) is int else self._seconds(stamp)  # type: ignore[arg-type]
-        if seconds is None:
-            return self._reject_timestamp(stamp)  # type: ignore[arg-type]
-        time = seconds
+        decoded = self._decode(data, hint)
+        if type(decoded) is not tuple:
+            if type(decoded) is Rejection:
+                self.health.rejected[decoded.reason] += 1
+                return decoded
+            if type(decoded) is IgnoredAction:
+                self.health.ignored_actions += 1
+                return None
+            return decoded  # type: ignore[return-value]  # a judged message
+        time, event = cast(Decoded, decoded)
+        if event.session_id.startswith(SESSION_OF_QUERY):  # resolved through its query
+            self.sessions.resolving = True
         if type(event) is QueryEvent:
             declared = event.query_class
             klass = self._class_index.get(declared) if declared is not None else None
@@ -240,59 +210,6 @@ class Pipeline:
         return (
             time, CONVERSION, event.event_id, event.session_id, event.query_id, 0, None,
         ), event
-
-    def _seconds(self, stamp: str) -> float | None:
-        """Epoch seconds of an ISO 8601 timestamp with an offset; None when it has none or is
-        malformed. The usual form, ``YYYY-MM-DDTHH:MM:SS.fffZ``, is read through a cache of
-        its seconds, each read once by ``fromisoformat`` (so exactly what it reads); any
-        other form by ``fromisoformat`` itself."""
-        if len(stamp) == 24 and stamp[23] == "Z" and stamp[4:20:3] == "--T::.":
-            millis = stamp[20:23]
-            if millis.isdigit() and millis.isascii():
-                second = self._seconds_of.get(stamp[:19])
-                if second is None:
-                    try:
-                        parsed = fromisoformat(stamp[:19] + "+00:00")
-                    except ValueError:
-                        return None
-                    if len(self._seconds_of) >= 4096:
-                        self._seconds_of.clear()
-                    second = self._seconds_of[stamp[:19]] = parsed.timestamp()
-                return second + int(millis) / 1000.0
-        try:
-            parsed = fromisoformat(stamp)
-        except ValueError:
-            return None
-        return parsed.timestamp() if parsed.tzinfo is not None else None
-
-    def _read_other(
-        self, data: bytes, hint: str | None = None
-    ) -> Live | JudgedMessage | Rejection | None:
-        """A message the fast path refused: too large, not JSON, invalid, judged, UBI."""
-        health = self.health
-        decoded: Event | Live | Rejection | IgnoredAction
-        if len(data) > self._max_bytes:
-            decoded = too_large(data, self._max_bytes)
-        elif nested_deeper(data, self._max_depth):
-            decoded = too_deep(self._max_depth)
-        else:
-            try:
-                decoded = decode_native(data)
-            except ValidationError as error:
-                decoded = self._ubi.decode(data, hint) if untyped(error) else rejection(error)
-        if type(decoded) is Rejection:
-            health.rejected[decoded.reason] += 1
-            return decoded
-        if type(decoded) is IgnoredAction:
-            health.ignored_actions += 1
-            return None
-        if not isinstance(decoded, dict):  # a UBI event or query
-            if decoded.session_id.startswith(SESSION_OF_QUERY):  # type: ignore[union-attr]
-                self.sessions.resolving = True
-            return decoded  # type: ignore[return-value]
-        if decoded["type"] == "judgment" or decoded["type"] == "qrels":
-            return self._judged(decoded)
-        return as_live(decoded)
 
     def admit(self, read: Read) -> Rejection | None:
         """Hand what ``read`` returned to the sessions (or the offline state); returns the
@@ -421,30 +338,6 @@ class Pipeline:
         self.sessions.close_all()
         self.judged.close()
 
-    def _judged(self, event: Judgment | Qrels) -> JudgedMessage | Rejection:
-        """A judged message validated (applied or forwarded by ``admit``), or rejected."""
-        time = epoch_seconds(event["timestamp"])
-        if isinstance(time, Rejection):
-            self.health.rejected[time.reason] += 1
-            return time
-        labels, most = len(event["labels"]), self.config.offline.max_labels
-        if labels > most:
-            self.health.rejected[Reason.SCHEMA] += 1
-            return Rejection(
-                Reason.SCHEMA, f"labels: {labels} labels, limit {most} ([offline] max_labels)"
-            )
-        if len(event["query_text"]) > self._max_chars:
-            event = cast(Judgment | Qrels, {
-                **event, "query_text": cut_text(event["query_text"], self._max_chars)
-            })
-        if event["type"] == "qrels":
-            return JudgedMessage(time, event, None)
-        ranking = _ranked(event["ranking"], event.get("scores"))
-        if len(set(ranking)) != len(ranking):
-            self.health.rejected[Reason.SCHEMA] += 1
-            return Rejection(Reason.SCHEMA, "ranking names a document twice")
-        return JudgedMessage(time, event, ranking)
-
     def forward_to(self, holder: Pipeline | None) -> None:
         """Hand what waits in ``forwarded`` to the pipeline holding the offline state (None:
         none is owned here; judged messages then stay with this pipeline)."""
@@ -494,12 +387,6 @@ class Pipeline:
         while len(self.counters.queries) < len(self.classes.names):
             self.counters.add_class()
 
-    def _reject_timestamp(self, stamp: str) -> Rejection:
-        rejection = epoch_seconds(stamp)
-        assert isinstance(rejection, Rejection), "the fast path rejected it"
-        self.health.rejected[rejection.reason] += 1
-        return rejection
-
     def _future(self, stamp: int | str) -> Rejection:
         ahead = self.config.sessions.max_future
         return Rejection(Reason.FUTURE_TIMESTAMP, (
@@ -548,26 +435,5 @@ class RejectionLog:
         self.kept = []
 
 
-def cut_text(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters (``[input] max_query_chars``), so that no
-    later step reads more. A cut inside a word drops that word's part (a part of an address
-    or a number could otherwise escape redaction)."""
-    if len(text) <= limit:
-        return text
-    head = text[:limit]
-    if not text[limit].isspace() and not head[-1].isspace():
-        words = head.rsplit(None, 1)
-        head = words[0] if len(words) == 2 else ""
-    return head
-
-
 def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _ranked(ranking: list[str], scores: dict[str, float] | None) -> list[str]:
-    """Served order, or with scores: score descending, then doc id descending (trec_eval)."""
-    if not scores:
-        return list(ranking)
-    by_id = sorted(ranking, reverse=True)
-    return sorted(by_id, key=lambda doc: -scores.get(doc, float("-inf")))

@@ -10,9 +10,7 @@ message becomes an event or a ``Rejection`` with a reason from a closed set.
 from __future__ import annotations
 
 import re
-import warnings
-from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal, NamedTuple, NotRequired, final
 
@@ -21,8 +19,6 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
-    TypeAdapter,
-    ValidationError,
 )
 from typing_extensions import ReadOnly, TypedDict
 
@@ -59,23 +55,6 @@ MAX_EPOCH_MS = 253_402_300_799_999
 
 Timestamp = Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH_MS)] | str
 """Epoch milliseconds, or an RFC 3339 string with an offset; see ``epoch_seconds``."""
-
-
-def epoch_seconds(stamp: int | str) -> float | Rejection:
-    """Epoch seconds of a timestamp, or the rejection of a naive or malformed one.
-
-    Strings are read by ``datetime.fromisoformat``: RFC 3339 (``Z`` or ``+02:00``) and the
-    other ISO 8601 forms it knows; without an offset the time is ambiguous and rejected.
-    """
-    if isinstance(stamp, int):
-        return stamp / 1000.0
-    try:
-        parsed = datetime.fromisoformat(stamp)
-    except ValueError:
-        return Rejection(Reason.SCHEMA, f"timestamp: expected RFC 3339, got {stamp[:40]!r}")
-    if parsed.tzinfo is None:
-        return NAIVE
-    return parsed.timestamp()
 
 
 # Every number has a range, so that no value can overflow a sum, a float conversion or a
@@ -229,36 +208,29 @@ Native = QueryEvent | ClickEvent | DwellEvent | ConversionEvent
 Live = Native | ImpressionEvent
 """A live event as the pipeline reads it."""
 
-decode_live: Callable[[bytes], Native] = msgspec.json.Decoder(Native).decode
-"""The fast path: a live event, or ``msgspec.MsgspecError`` (then see ``decode``)."""
-FastPathError = msgspec.MsgspecError
-
-
-def as_live(event: LiveEvent) -> Native:
-    """A live event validated by the definitions above, as the struct the pipeline reads."""
-    live: Native = msgspec.convert(event, Native)
-    return live
-
-with warnings.catch_warnings():
-    # Decoded events are read-only by type (mypy); pydantic says it cannot enforce that.
-    warnings.filterwarnings("ignore", message=".*ReadOnly.*", category=UserWarning)
-    _NATIVE: TypeAdapter[Event] = TypeAdapter(
-        Annotated[Event, Field(discriminator="type")]
-    )
-
-
-_VALIDATE_NATIVE = _NATIVE.validator.validate_json
-
-
 class IgnoredAction(NamedTuple):
     """A valid UBI event whose action the product does not measure (counted, then ignored)."""
 
     action_name: str
 
 
-decode_native: Callable[[bytes], Event] = _VALIDATE_NATIVE
-"""A native event validated by pydantic, or ``ValidationError`` (then ``untyped``, or
-``rejection``)."""
+SESSION_OF_QUERY = "\x01"
+"""Prefix of the session id of an event that belongs to the session of its query (UBI
+events carry a query id and no reliable session): resolved when the event is applied."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class JudgedMessage:
+    """A judgment or qrels message, validated; ``ranking``: a judgment's, in ranked order."""
+
+    time: float
+    event: Judgment | Qrels
+    ranking: list[str] | None
+
+
+Decoded = tuple[float, "Live"]
+"""A live event with its event time in epoch seconds."""
 
 
 def too_large(data: bytes, max_bytes: int) -> Rejection:
@@ -291,27 +263,3 @@ def too_deep(limit: int) -> Rejection:
     return Rejection(
         Reason.TOO_DEEP, f"arrays and objects nested more than {limit} deep ([input] max_depth)"
     )
-
-
-def untyped(error: ValidationError) -> bool:
-    """Whether a message failed validation for want of ``type`` (then it may be UBI)."""
-    return bool(error.errors(include_url=False, include_context=False)[0]["type"]
-                == "union_tag_not_found")
-
-
-def rejection(error: ValidationError) -> Rejection:
-    """The rejection of a message that is not a valid native event."""
-    return _rejection(error)
-
-
-def _rejection(error: ValidationError) -> Rejection:
-    problems = error.errors(include_url=False, include_context=False)
-    kinds = {p["type"] for p in problems}
-    first = problems[0]
-    where = ".".join(str(part) for part in first["loc"])
-    detail = f"{where}: {first['msg']}" if where else str(first["msg"])
-    if "json_invalid" in kinds:
-        return Rejection(Reason.INVALID_JSON, str(first["msg"]))
-    if "union_tag_invalid" in kinds:
-        return Rejection(Reason.UNKNOWN_TYPE, detail)
-    return Rejection(Reason.SCHEMA, detail)

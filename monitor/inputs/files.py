@@ -11,11 +11,14 @@ import json
 import struct
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import BinaryIO, cast
 
 import msgspec
+
+from monitor.inputs.events import Rejection
+from monitor.inputs.timestamps import Timestamps
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -159,24 +162,18 @@ class _Stamped(msgspec.Struct):
 _STAMP = msgspec.json.Decoder(_Stamped)
 
 
+_SORTING = Timestamps(UTC)
+"""The timestamp policy, with naive times read as UTC: for sorting only (each line is read
+under its own format's policy when it is fed)."""
+
+
 def sort_time(line: bytes) -> float:
-    """The event time of a line for sorting (-inf when it has none it can be sorted by):
-    epoch milliseconds, or an ISO 8601 string (one without an offset read as UTC here)."""
+    """The event time of a line for sorting (-inf when it has none it can be sorted by)."""
     try:
         stamp = _STAMP.decode(line).timestamp
     except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return float("-inf")  # rejected when fed, with its position
-    if isinstance(stamp, int):
-        return stamp / 1000.0
     if stamp is None:
         return float("-inf")
-    try:
-        parsed = datetime.fromisoformat(stamp)
-    except ValueError:
-        return float("-inf")
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    try:
-        return parsed.timestamp()
-    except (OverflowError, ValueError):
-        return float("-inf")
+    time = _SORTING.read(stamp)
+    return float("-inf") if isinstance(time, Rejection) else time

@@ -20,32 +20,25 @@ from __future__ import annotations
 
 import hashlib
 import math
-from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import msgspec
-from pydantic import ValidationError
 
-from monitor.config import UbiConfig
-from monitor.core.online import SESSION_OF_QUERY
+from monitor.config import Config, UbiConfig
 from monitor.inputs.events import (
-    MAX_EPOCH_MS,
+    SESSION_OF_QUERY,
     ClickEvent,
     ConversionEvent,
+    Decoded,
     DwellEvent,
-    Event,
     IgnoredAction,
     ImpressionEvent,
     Live,
     QueryEvent,
     Reason,
     Rejection,
-    decode_native,
-    rejection,
-    too_large,
-    untyped,
 )
+from monitor.inputs.timestamps import Timestamps, zone
 
 HIT_ID_FIELDS = ("query_response_hit_ids", "query_response_object_ids",
                  "query_response_objects_ids")
@@ -54,35 +47,47 @@ HIT_ID_FIELDS = ("query_response_hit_ids", "query_response_object_ids",
 _JSON = msgspec.json.Decoder()
 
 
-class UbiReader:
+class UbiDecoder:
     """Turns UBI records into live events under ``[ubi]``."""
 
-    def __init__(self, config: UbiConfig) -> None:
+    def __init__(self, config: Config) -> None:
+        self.read_ubi(config.ubi)
+
+    def read_ubi(self, config: UbiConfig) -> None:
         self.config = config
         self.clicks = frozenset(config.click_actions)
         self.conversions = frozenset(config.conversion_actions)
         self.impressions = frozenset(config.impression_actions)
-        self.zone = None if config.naive_timezone == "reject" else ZoneInfo(
-            config.naive_timezone
-        )
+        self.zone = zone(config.naive_timezone)
+        self.timestamps = Timestamps(self.zone)
 
-    def decode(self, data: bytes, hint: str | None = None) -> Live | Rejection | IgnoredAction:
+    def decode(
+        self, data: bytes, hint: str | None = None
+    ) -> Decoded | Rejection | IgnoredAction | None:
+        """A UBI query or event with its event time, a rejection, an ignored action, or None
+        for a message that is no UBI record."""
         try:
             record = _JSON.decode(data)
-        except msgspec.DecodeError as error:
+        except (msgspec.DecodeError, UnicodeDecodeError) as error:
             return Rejection(Reason.INVALID_JSON, str(error))
         if not isinstance(record, dict):
             return Rejection(Reason.UNKNOWN_TYPE, "not a JSON object")
         try:
+            event: Live | IgnoredAction
             if "action_name" in record or (hint is not None and "event" in hint):
-                return self._event(record, data)
-            if "user_query" in record or any(f in record for f in HIT_ID_FIELDS) or (
+                event = self._event(record, data)
+            elif "user_query" in record or any(f in record for f in HIT_ID_FIELDS) or (
                 hint is not None and "quer" in hint
             ):
-                return self._query(record, data)
+                event = self._query(record, data)
+            else:
+                return None
         except _Invalid as problem:
             return Rejection(Reason.SCHEMA, str(problem))
-        return Rejection(Reason.UNKNOWN_TYPE, "neither 'type' nor a UBI query or event record")
+        if type(event) is IgnoredAction:
+            return event
+        time = self.timestamps.read(event.timestamp)  # type: ignore[union-attr]
+        return time if type(time) is Rejection else (time, event)  # type: ignore[return-value]
 
     def _query(self, record: dict[str, Any], data: bytes) -> QueryEvent:
         text = _text(record, "user_query", required=True)
@@ -191,24 +196,13 @@ class UbiReader:
         return rank
 
     def _timestamp(self, record: dict[str, Any]) -> int | str:
+        """The record's timestamp as it is (read into event time by ``decode``)."""
         stamp = record.get("timestamp")
         if stamp is None:
             raise _Invalid("timestamp: required (the event time)")
         if isinstance(stamp, bool) or not isinstance(stamp, int | str):
             raise _Invalid("timestamp: expected an ISO 8601 string or epoch milliseconds")
-        if isinstance(stamp, int):
-            if not 0 <= stamp <= MAX_EPOCH_MS:
-                raise _Invalid("timestamp: epoch milliseconds out of range")
-            return stamp
-        try:
-            parsed = datetime.fromisoformat(stamp)
-        except ValueError:
-            raise _Invalid(f"timestamp: expected ISO 8601, got {stamp[:40]!r}") from None
-        if parsed.tzinfo is not None:
-            return stamp
-        if self.zone is None:
-            raise _Invalid("timestamp: no offset ([ubi] naive_timezone = \"reject\")")
-        return parsed.replace(tzinfo=self.zone).isoformat()
+        return stamp
 
 
 class _Invalid(ValueError):
@@ -244,17 +238,4 @@ def _digest(prefix: str, data: bytes) -> str:
     return f"{prefix}:{hashlib.blake2b(data, digest_size=12).hexdigest()}"
 
 
-def decode(
-    data: bytes, max_bytes: int, config: UbiConfig | None = None
-) -> Event | Live | Rejection | IgnoredAction:
-    """One message as the pipeline reads it before sessions: a native event validated by
-    the full definitions (a dict), a UBI record as a live event, a rejection, or an ignored
-    action."""
-    if len(data) > max_bytes:
-        return too_large(data, max_bytes)
-    try:
-        return decode_native(data)
-    except ValidationError as error:
-        if untyped(error):
-            return UbiReader(config or UbiConfig()).decode(data)
-        return rejection(error)
+DECODER = UbiDecoder

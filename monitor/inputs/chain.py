@@ -1,0 +1,74 @@
+"""The decoder chain: every message's bytes to an event, whatever its input format.
+
+Before any decoder reads a message, the chain bounds it: larger than ``[input]
+max_event_bytes`` is ``too_large``; arrays and objects nested deeper than ``max_depth`` is
+``too_deep`` (one linear pass, before any decoder recurses). Then the formats of ``[input]
+formats`` try the message in order; each owns the whole bytes-to-event conversion, event
+time included (``monitor.inputs.timestamps``), and answers None for a message that is not
+its format. A new input format is one module of ``monitor/inputs`` with a ``DECODER``
+class, and its name in ``formats``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from monitor.config import Config
+from monitor.inputs.events import (
+    Decoded,
+    IgnoredAction,
+    JudgedMessage,
+    Reason,
+    Rejection,
+    nested_deeper,
+    too_deep,
+    too_large,
+)
+
+Result = Decoded | JudgedMessage | Rejection | IgnoredAction
+"""What the chain makes of a message: a live event with its event time (epoch seconds), a
+judged message, a rejection, or a valid action that is not measured."""
+
+
+class Decoder(Protocol):
+    """One input format."""
+
+    def __init__(self, config: Config) -> None: ...
+
+    def decode(self, data: bytes, hint: str | None) -> Result | None:
+        """The message as this format reads it, or None when it is not this format's.
+        ``hint``: the index a ``_bulk`` export names for it."""
+        ...
+
+
+UNRECOGNISED = Rejection(Reason.UNKNOWN_TYPE, "neither 'type' nor a UBI query or event record")
+
+
+class DecoderChain:
+    """The formats of ``[input] formats``, in order, behind the size and depth bounds."""
+
+    def __init__(self, config: Config) -> None:
+        self.max_bytes = config.input.max_event_bytes
+        self.max_depth = config.input.max_depth
+        self.decoders: list[Decoder] = [
+            importlib.import_module(f"monitor.inputs.{name}").DECODER(config)
+            for name in config.input.formats
+        ]
+        self._first = self.decoders[0].decode
+
+    def read(self, data: bytes, hint: str | None = None) -> Result:
+        if len(data) > self.max_bytes:
+            return too_large(data, self.max_bytes)
+        if data.count(b"[") + data.count(b"{") > self.max_depth and nested_deeper(
+            data, self.max_depth
+        ):
+            return too_deep(self.max_depth)
+        found = self._first(data, hint)
+        if found is not None:
+            return found
+        for decoder in self.decoders[1:]:
+            found = decoder.decode(data, hint)
+            if found is not None:
+                return found
+        return UNRECOGNISED

@@ -1,0 +1,164 @@
+"""Native events (``type`` selects the kind): bytes to events, the input format searchmon
+defines (docs: the events reference).
+
+Live events are decoded by msgspec into structs first (the per-event hot path); what it
+refuses is validated by the pydantic definitions of ``monitor.inputs.events`` (TypedDicts
+with ``ReadOnly`` items), which decide and name the problem, or say that the message has no
+``type`` (then the next decoder of the chain may read it). msgspec is stricter (no coercion of
+"3" to 3, or of 2.0 to 2): whatever it accepts, the definitions accept with the same values.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Annotated, cast
+
+import msgspec
+from pydantic import Field, TypeAdapter, ValidationError
+
+from monitor.config import Config
+from monitor.inputs.events import (
+    Decoded,
+    Event,
+    JudgedMessage,
+    Judgment,
+    LiveEvent,
+    Native,
+    Qrels,
+    Reason,
+    Rejection,
+)
+from monitor.inputs.timestamps import Timestamps, zone
+
+decode_live: Callable[[bytes], Native] = msgspec.json.Decoder(Native).decode
+"""The fast path: a live event, or ``msgspec.MsgspecError`` (then see ``decode``)."""
+FastPathError = msgspec.MsgspecError
+
+
+def as_live(event: LiveEvent) -> Native:
+    """A live event validated by the definitions above, as the struct the pipeline reads."""
+    live: Native = msgspec.convert(event, Native)
+    return live
+
+
+with warnings.catch_warnings():
+    # Decoded events are read-only by type (mypy); pydantic says it cannot enforce that.
+    warnings.filterwarnings("ignore", message=".*ReadOnly.*", category=UserWarning)
+    _NATIVE: TypeAdapter[Event] = TypeAdapter(
+        Annotated[Event, Field(discriminator="type")]
+    )
+
+
+_VALIDATE_NATIVE = _NATIVE.validator.validate_json
+
+
+decode_native: Callable[[bytes], Event] = _VALIDATE_NATIVE
+"""A native event validated by pydantic, or ``ValidationError`` (then ``untyped``, or
+``rejection``)."""
+
+
+
+
+def untyped(error: ValidationError) -> bool:
+    """Whether a message failed validation for want of ``type`` (then it may be UBI)."""
+    return bool(error.errors(include_url=False, include_context=False)[0]["type"]
+                == "union_tag_not_found")
+
+
+def rejection(error: ValidationError) -> Rejection:
+    """The rejection of a message that is not a valid native event."""
+    return _rejection(error)
+
+
+def _rejection(error: ValidationError) -> Rejection:
+    problems = error.errors(include_url=False, include_context=False)
+    kinds = {p["type"] for p in problems}
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"])
+    detail = f"{where}: {first['msg']}" if where else str(first["msg"])
+    if "json_invalid" in kinds:
+        return Rejection(Reason.INVALID_JSON, str(first["msg"]))
+    if "union_tag_invalid" in kinds:
+        return Rejection(Reason.UNKNOWN_TYPE, detail)
+    return Rejection(Reason.SCHEMA, detail)
+
+
+class NativeDecoder:
+    """Native events and judged messages, under the ``[input]`` timestamp policy and the
+    ``[offline] max_labels`` bound."""
+
+    def __init__(self, config: Config) -> None:
+        self.timestamps = Timestamps(zone(config.input.naive_timezone))
+        self.max_labels = config.offline.max_labels
+        self.max_chars = config.input.max_query_chars
+
+    def decode(
+        self, data: bytes, hint: str | None = None
+    ) -> Decoded | JudgedMessage | Rejection | None:
+        """A live event with its time, a judged message, a rejection, or None for a JSON
+        object without ``type`` (another format's)."""
+        try:
+            event: Native = decode_live(data)
+        except (msgspec.MsgspecError, UnicodeDecodeError):
+            return self._validated(data)
+        stamp = event.timestamp
+        time = stamp / 1000.0 if type(stamp) is int else self.timestamps.read(stamp)
+        if type(time) is Rejection:
+            return time
+        return time, event
+
+    def _validated(self, data: bytes) -> Decoded | JudgedMessage | Rejection | None:
+        try:
+            decoded = decode_native(data)
+        except ValidationError as error:
+            return None if untyped(error) else rejection(error)
+        if decoded["type"] == "judgment" or decoded["type"] == "qrels":
+            return self._judged(decoded)
+        live = as_live(decoded)
+        time = self.timestamps.read(live.timestamp)
+        return time if type(time) is Rejection else (time, live)
+
+    def _judged(self, event: Judgment | Qrels) -> JudgedMessage | Rejection:
+        time = self.timestamps.read(event["timestamp"])
+        if type(time) is Rejection:
+            return time
+        labels, most = len(event["labels"]), self.max_labels
+        if labels > most:
+            return Rejection(
+                Reason.SCHEMA, f"labels: {labels} labels, limit {most} ([offline] max_labels)"
+            )
+        if len(event["query_text"]) > self.max_chars:
+            event = cast(Judgment | Qrels, {
+                **event, "query_text": cut_text(event["query_text"], self.max_chars)
+            })
+        if event["type"] == "qrels":
+            return JudgedMessage(time, event, None)
+        ranking = ranked(event["ranking"], event.get("scores"))
+        if len(set(ranking)) != len(ranking):
+            return Rejection(Reason.SCHEMA, "ranking names a document twice")
+        return JudgedMessage(time, event, ranking)
+
+
+def ranked(ranking: list[str], scores: dict[str, float] | None) -> list[str]:
+    """Served order, or with scores: score descending, then doc id descending (trec_eval)."""
+    if not scores:
+        return list(ranking)
+    by_id = sorted(ranking, reverse=True)
+    return sorted(by_id, key=lambda doc: -scores.get(doc, float("-inf")))
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (``[input] max_query_chars``), so that no
+    later step reads more. A cut inside a word drops that word's part (a part of an address
+    or a number could otherwise escape redaction)."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    if not text[limit].isspace() and not head[-1].isspace():
+        words = head.rsplit(None, 1)
+        head = words[0] if len(words) == 2 else ""
+    return head
+
+
+DECODER = NativeDecoder
