@@ -1,4 +1,4 @@
-"""Decoding of search-log events and judged samples (README: "Events").
+"""Decoding of search-log events and judged samples (docs/reference/events.md).
 
 Native events carry ``type``. Live events are decoded by msgspec into structs first (the
 per-event hot path); what it refuses is validated by the pydantic definitions (TypedDicts

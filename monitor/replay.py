@@ -1,4 +1,4 @@
-"""``searchmon replay``: the pipeline over JSONL files, then a report (README: ``replay``)."""
+"""``searchmon replay``: the pipeline over JSONL files, then a report (docs/reference/cli.md)."""
 
 from __future__ import annotations
 
