@@ -289,7 +289,7 @@ class OfflineConfig(Section):
 
 
 class UbiConfig(Section):
-    """How OpenSearch UBI records become events (README: "UBI")."""
+    """How OpenSearch UBI records become events (docs/reference/events.md)."""
 
     click_actions: list[str] = [
         "click", "click_through", "item_click", "product_click", "global_click",
@@ -321,7 +321,7 @@ class UbiConfig(Section):
 
 
 class QueryListsConfig(Section):
-    """Which queries (README: "Query lists and the status page")."""
+    """Which queries (docs/concepts/query-lists-and-privacy.md)."""
 
     enabled: bool = True
     """Off: no query text is kept or shown anywhere (lists and worsened queries)."""
@@ -337,7 +337,8 @@ class QueryListsConfig(Section):
     """Searches a query needs (in the window) to be ranked in the lowest-CTR list."""
     redact: list[Literal["email", "digits"]] = ["email", "digits"]
     """Built-in redactions applied to query text before anything is kept: e-mail addresses
-    (``<email>``), runs of six or more digits (``<digits>``); README: "Query lists"."""
+    (``<email>``), runs of six or more digits (``<digits>``); see
+    docs/concepts/query-lists-and-privacy.md."""
     redact_patterns: list[str] = []
     """More regular expressions; each match becomes ``<redacted>``. They run after the
     built-in ones, on the first 400 characters those left (keys are cut at 200)."""

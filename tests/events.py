@@ -1,4 +1,4 @@
-"""Small builders of wire-format events for tests (README: "Events")."""
+"""Small builders of wire-format events for tests (docs/reference/events.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every definition of the online metrics (README: "Online metrics") on small hand-made
-sessions."""
+"""Every definition of the online metrics (docs/concepts/event-time-and-sessions.md) on small
+hand-made sessions."""
 
 from __future__ import annotations
 

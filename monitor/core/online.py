@@ -1,4 +1,5 @@
-"""Online search metrics (README: "Online metrics"): sessions in event time and their counters.
+"""Online search metrics (docs/concepts/event-time-and-sessions.md): sessions in event time
+and their counters.
 
 Pure: no clock, no I/O. Time is the events' own; the watermark trails the newest event time
 by the allowed lateness, and a session closes once the watermark passes its last event plus

@@ -1,4 +1,4 @@
-"""Decoding of search-log events and judged samples (README: "Events").
+"""Decoding of search-log events and judged samples (docs/reference/events.md).
 
 Native events carry ``type``. Live events are decoded by msgspec into structs first (the
 per-event hot path); what it refuses is validated by the pydantic definitions (TypedDicts
@@ -213,6 +213,9 @@ class IgnoredAction(NamedTuple):
 
     action_name: str
 
+
+Key = tuple[str, int]
+"""A source partition: (topic, partition)."""
 
 SESSION_OF_QUERY = "\x01"
 """Prefix of the session id of an event that belongs to the session of its query (UBI

@@ -38,7 +38,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
 
 from monitor.config import Config
-from monitor.state.ledger import Key
+from monitor.inputs.events import Key
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""OpenSearch User Behavior Insights (UBI 1.0 to 1.3) records as live events (README: "UBI").
+"""OpenSearch User Behavior Insights (UBI 1.0 to 1.3) records as live events
+(docs/reference/events.md).
 
 A record without ``type`` is UBI: an event when it has ``action_name``, a query when it has
 ``user_query`` (or a ``_bulk`` export names its index ``*queries*``). UBI is lenient in

@@ -17,12 +17,13 @@ from monitor.config import Config
 from monitor.core.export import Export, export
 from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import StateError
+from monitor.inputs.events import Key
 from monitor.inputs.kafka import KafkaSource, RebalanceFence
 from monitor.run.worker import Checkpoint, Checkpointed, StartError, Worker, offline_key, refusal
 from monitor.serve.queries import QueryState, Report, report_of
 from monitor.state import checkpoint, codec, format2
 from monitor.state.checkpoint import CheckpointError
-from monitor.state.ledger import Key, Ledger
+from monitor.state.ledger import Ledger
 
 log = logging.getLogger(__name__)
 

@@ -38,6 +38,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config
 from monitor.core.export import Export
+from monitor.inputs.events import Key
 from monitor.inputs.kafka import KafkaSource, RebalanceFence, Records
 from monitor.run.coordinator import LEDGER_FILE, CheckpointCoordinator
 from monitor.run.worker import (
@@ -56,7 +57,6 @@ from monitor.serve.http import MetricsServer
 from monitor.serve.metrics import ExportCollector, consumer_metrics
 from monitor.serve.page import Status
 from monitor.state import checkpoint
-from monitor.state.ledger import Key
 
 log = logging.getLogger(__name__)
 

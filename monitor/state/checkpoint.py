@@ -37,9 +37,9 @@ from kafka.structs import TopicPartition
 from monitor.config import Config
 from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import StateError
+from monitor.inputs.events import Key
 from monitor.state import format2
 from monitor.state.codec import CheckpointError, UnitState, changed_sections, decode_unit
-from monitor.state.ledger import Key
 
 log = logging.getLogger(__name__)
 

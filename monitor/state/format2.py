@@ -26,8 +26,9 @@ from monitor.core.export import Export, export
 from monitor.core.judged import Sample, Summary, Window, _add_cells
 from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import StateError, finite_or_none
+from monitor.inputs.events import Key
 from monitor.state.codec import CheckpointError, UnitState, fingerprint
-from monitor.state.ledger import Key, Ledger
+from monitor.state.ledger import Ledger
 
 MAGIC = b"searchmon-checkpoint 2\n"
 

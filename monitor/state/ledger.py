@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from monitor.core.classes import OTHER
 from monitor.core.export import Export, check, combine, fold_classes
 from monitor.core.snapshots import Int, require
-
-Key = tuple[str, int]
-"""A source partition: (topic, partition)."""
+from monitor.inputs.events import Key
 
 
 @dataclass(frozen=True)
