@@ -23,15 +23,14 @@ from kafka.future import Future
 from kafka.structs import TopicPartition
 
 from monitor.config import Config, KafkaConfig
-from monitor.inputs.kafka import (
+from monitor.inputs.deadletters import (
     MAX_COPY_BYTES,
     DeadLetter,
-    KafkaSource,
-    RebalanceFence,
-    Records,
+    DeadLetters,
     _record_size,
     fitted,
 )
+from monitor.inputs.kafka import KafkaSource, RebalanceFence, Records
 from tests.broker import FAST_GROUP, Broker, free_port
 from tests.test_daemon import DEAD, log_of, scrape, start_daemon
 
@@ -154,14 +153,16 @@ def test_a_rejected_message_too_large_to_copy_whole_is_truncated(broker: Broker)
     big = b"x" * BIG
     broker.produce(events, [(b"key", big), (b"key", b"not json")])
     source = KafkaSource(source_config(broker, events, dead), RebalanceFence())
+    letters = DeadLetters(source.config)
     try:
         batch = poll_all(source, events, 2)
-        source.dead_letter(batch, [((events, 0), 0, "invalid_json", "bad"),
+        letters.send(batch, [((events, 0), 0, "invalid_json", "bad"),
                                    ((events, 0), 1, "invalid_json", "bad")])
-        assert source.flush_dead_letters()
-        assert (source.dead_lettered, source.dead_letters_truncated) == (2, 1)
-        assert source.dead_letters_unacknowledged == 0
+        assert letters.flush()
+        assert (letters.acknowledged, letters.truncated) == (2, 1)
+        assert letters.pending == 0
     finally:
+        letters.close()
         source.close()
     first, second = read_letters(broker, dead)
     headers = dict(first.headers)
@@ -199,14 +200,16 @@ def test_a_copy_the_broker_refuses_as_too_large_is_replaced_by_its_headers(
     broker.create_topics({events: 1, f"{events}-judgments": 1, dead: 1})
     broker.produce(events, [(b"key", b"y" * 5000)])
     source = KafkaSource(source_config(broker, events, dead), RebalanceFence())
+    letters = DeadLetters(source.config)
     try:
-        source.producer = BrokerLimit(source.producer, 1000)
+        letters.producer = BrokerLimit(letters.producer, 1000)
         batch = poll_all(source, events, 1)
-        source.dead_letter(batch, [((events, 0), 0, "invalid_json", "bad")])
-        assert source.flush_dead_letters()
-        assert (source.dead_lettered, source.dead_letters_truncated) == (1, 1)
-        assert isinstance(source.producer, BrokerLimit), "not replaced for a size refusal"
+        letters.send(batch, [((events, 0), 0, "invalid_json", "bad")])
+        assert letters.flush()
+        assert (letters.acknowledged, letters.truncated) == (1, 1)
+        assert isinstance(letters.producer, BrokerLimit), "not replaced for a size refusal"
     finally:
+        letters.close()
         source.close()
     (letter,) = read_letters(broker, dead)
     headers = dict(letter.headers)
@@ -229,25 +232,27 @@ def test_copies_failed_by_a_fatal_producer_are_sent_again_and_counted_when_ackno
         broker.create_topics({events: 1, f"{events}-judgments": 1, DEAD: 1})
         broker.produce(events, [(b"k", b"not json 0"), (b"k", b"not json 1")])
         source = KafkaSource(source_config(broker, events, DEAD), RebalanceFence())
+        letters = DeadLetters(source.config)
         batch = poll_all(source, events, 2)
-        reported = source.dead_letter(batch, [((events, 0), 0, "invalid_json", "bad")])
-        assert source.flush_dead_letters()
-        assert source.dead_lettered == 1
+        reported = letters.send(batch, [((events, 0), 0, "invalid_json", "bad")])
+        assert letters.flush()
+        assert letters.acknowledged == 1
         restart_with_topics(broker, events)  # empty: the producer's id is unknown to it
-        reported += source.dead_letter(batch, [((events, 0), 1, "invalid_json", "bad")])
+        reported += letters.send(batch, [((events, 0), 1, "invalid_json", "bad")])
         deadline = time.monotonic() + 90
-        while not source.flush_dead_letters():
-            assert source.dead_lettered == 1, "a copy not acknowledged is not counted"
-            assert source.dead_letters_unacknowledged == 1
+        while not letters.flush():
+            assert letters.acknowledged == 1, "a copy not acknowledged is not counted"
+            assert letters.pending == 1
             assert time.monotonic() < deadline, "the copy is never acknowledged"
-        letters = read_letters(broker, DEAD)
-        assert [dict(r.headers)["searchmon.source.offset"] for r in letters] == [b"1"]
-        assert letters[0].value == b"not json 1"
-        assert source.dead_lettered == 2
-        assert reported <= source.dead_lettered
-        assert reported + source.dead_letter(batch, []) == 2, "reported once acknowledged"
+        copies = read_letters(broker, DEAD)
+        assert [dict(r.headers)["searchmon.source.offset"] for r in copies] == [b"1"]
+        assert copies[0].value == b"not json 1"
+        assert letters.acknowledged == 2
+        assert reported <= letters.acknowledged
+        assert reported + letters.send(batch, []) == 2, "reported once acknowledged"
     finally:
         if source is not None:
+            letters.close()
             source.close()
         broker.stop()
 
@@ -359,7 +364,7 @@ def test_copies_waiting_for_the_dead_letter_topic_are_bounded(
     once the broker acknowledges them, it no longer does."""
     import os
 
-    from monitor.inputs import kafka as module
+    from monitor.inputs import deadletters as module
 
     monkeypatch.setattr(module, "MAX_PENDING_COPIES", 3)
     broker = Broker().start()
@@ -369,24 +374,25 @@ def test_copies_waiting_for_the_dead_letter_topic_are_bounded(
         broker.create_topics({events: 1, f"{events}-judgments": 1, dead: 1})
         produce(broker, events, [b"bad %d" % i for i in range(5)])
         source = KafkaSource(source_config(broker, events, dead), RebalanceFence())
+        letters = DeadLetters(source.config)
         batch = poll_all(source, events, 5)
-        source.dead_letter(batch, [((events, 0), 0, "invalid_json", "bad")])
-        assert source.flush_dead_letters() and not source.dead_letters_full()
+        letters.send(batch, [((events, 0), 0, "invalid_json", "bad")])
+        assert letters.flush() and not letters.full()
         assert broker.process is not None
         os.killpg(broker.process.pid, signal.SIGSTOP)
         try:
-            source.dead_letter(batch, [((events, 0), i, "invalid_json", "bad")
-                                       for i in range(1, 5)])
-            assert source.dead_letters_unacknowledged == 4
-            assert source.dead_letters_full()
+            letters.send(batch, [((events, 0), i, "invalid_json", "bad") for i in range(1, 5)])
+            assert letters.pending == 4
+            assert letters.full()
         finally:
             os.killpg(broker.process.pid, signal.SIGCONT)
         deadline = time.monotonic() + 60
-        while not source.flush_dead_letters():
+        while not letters.flush():
             assert time.monotonic() < deadline, "the copies are acknowledged"
-        assert not source.dead_letters_full() and source.dead_lettered == 5
+        assert not letters.full() and letters.acknowledged == 5
     finally:
         if source is not None:
+            letters.close()
             source.close()
         broker.stop()
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from monitor.cli.broker import FAST_GROUP, Broker, free_port
-from monitor.inputs.generate import Regression, Traffic, World, events
+from monitor.inputs.generate import Regression, Traffic, World, messages
 from tests.conftest import load_script
 from tests.test_exposition import get
 
@@ -158,8 +158,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         regression=Regression("navigational", start + 2.5 * HOUR),
     )
     broker.create_topics({"search-events": 4, "search-judgments": 1, "search-dead-letters": 1})
-    lines = [(key.encode(), line) for _, key, line in events(world, traffic)]
-    judged = [m for m in lines if b'"type":"judgment"' in m[1] or b'"type":"qrels"' in m[1]]
+    stream = list(messages(world, traffic))
+    judged = [(m.key.encode(), m.line) for m in stream if m.judged]
     # qrels and samples first, as a team would have them before watching live traffic
     produced = broker.produce("search-judgments", judged)
     searchmon_port, prometheus_port = free_port(), free_port()
@@ -191,7 +191,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
     try:
         _wait_for(lambda: _query(api, "sum(searchmon_judged_messages_total)") == [produced], 180)
-        produced += broker.produce("search-events", [m for m in lines if m not in judged])
+        produced += broker.produce(
+            "search-events", [(m.key.encode(), m.line) for m in stream if not m.judged]
+        )
         _wait_for(lambda: _query(api, "sum(searchmon_events_read_total)") == [produced], 180)
         # a few more scrapes, so that rates have two samples and rules have run
         _wait_for(lambda: _query(api, "count_over_time(up[1m])") >= [4.0], 60)

@@ -24,8 +24,8 @@ from monitor.cli.replay import replay
 from monitor.config import Config
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline, RejectionLog
-from monitor.serve.http import MetricsServer
 from monitor.serve.metrics import ExportCollector
+from monitor.serve.routes import MetricsServer
 from tests.conftest import DATA
 
 GOLDEN = DATA / "replay_small.metrics"

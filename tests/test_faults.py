@@ -394,3 +394,27 @@ def test_a_judgments_topic_recreated_while_read_is_read_again_from_its_start(
         assert values["searchmon_judged_messages_total"] == first + second
     finally:
         stop(daemon)
+
+
+def test_the_topic_id_is_read_from_kafka_pythons_metadata(broker: Broker) -> None:
+    """kafka-python keeps topic ids in its cluster metadata only, reached through its
+    private ``_client`` (``KafkaSource.topic_id``): this fails, instead of the recreated-topic
+    detection going quiet, should that ever change."""
+    import uuid as uuids
+
+    from monitor.config import Config, KafkaConfig
+    from monitor.inputs.kafka import KafkaSource, RebalanceFence
+
+    topic = f"ids-{uuid.uuid4().hex[:8]}"
+    broker.create_topics({topic: 1, f"{topic}-judgments": 1})
+    source = KafkaSource(Config(kafka=KafkaConfig.model_validate({
+        "bootstrap_servers": [broker.address], "group_id": f"g-{uuid.uuid4().hex}",
+        "events_topic": topic, "judgments_topic": f"{topic}-judgments",
+    })), RebalanceFence())
+    try:
+        wait_for(lambda: source.partition_count(topic) is not None, "the topic's metadata")
+        found = source.topic_id(topic)
+        assert found is not None and uuids.UUID(found).int != 0, found
+        assert source.topic_id(f"{topic}-absent") is None
+    finally:
+        source.close()

@@ -136,3 +136,22 @@ def test_a_duplicate_goes_to_its_original_s_partition(broker: Broker) -> None:
             assert key == json.loads(value)["session_id"].encode(), (key, value)
             assert partition_of.setdefault(key, partition) == partition, "one session, one"
     assert len(set(partition_of.values())) == 4
+
+
+def test_every_generated_message_says_its_topic() -> None:
+    """``messages`` marks judged messages (for the judgments topic): nothing downstream
+    looks into a line to route it."""
+    import json
+
+    from monitor.inputs.generate import messages
+
+    kinds = set()
+    for message in messages(World.build(3), Traffic(seed=3, duration=7200.0,
+                                                    judged_every=3600.0, qrels=True)):
+        try:
+            kind = json.loads(message.line).get("type")
+        except ValueError:
+            kind = None  # a deliberately malformed line: an event's
+        assert message.judged == (kind in ("judgment", "qrels")), message
+        kinds.add(kind)
+    assert {"query", "click", "judgment", "qrels"} <= kinds

@@ -23,7 +23,8 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from monitor.serve.http import Limits, MetricsServer, Readiness, tls_context
+from monitor.serve.http import Limits, tls_context
+from monitor.serve.routes import MetricsServer, Readiness
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 

@@ -336,18 +336,15 @@ def _load(path: Path | None) -> Config:
 def _replay(args: argparse.Namespace) -> int:
     import ssl
 
-    from prometheus_client.registry import CollectorRegistry
-
     from monitor.cli.replay import replay_files
     from monitor.core.export import export
     from monitor.core.pipeline import RejectionLog
     from monitor.run.tuning import tune_for_throughput
-    from monitor.serve.http import MetricsServer
-    from monitor.serve.metrics import ExportCollector
     from monitor.serve.page import Status
     from monitor.serve.queries import query_state
     from monitor.serve.report import format_json as format_replay_json
     from monitor.serve.report import format_table, report
+    from monitor.serve.routes import serve
 
     config = _load(args.config)
     _logging(args, "info", config)
@@ -364,13 +361,11 @@ def _replay(args: argparse.Namespace) -> int:
     sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
     sys.stdout.flush()
     if args.serve:
-        registry = CollectorRegistry()
         figures = export(pipeline)
-        registry.register(ExportCollector(lambda: figures))
         state = query_state([pipeline], pipeline, config)
         status = Status(lambda: figures, lambda: result["queries"], lambda: state)
         try:
-            server = MetricsServer.from_config(config.http, registry, status=status).start()
+            server = serve(config.http, status)
         except (OSError, ssl.SSLError) as error:
             raise UsageError(f"cannot listen on {config.http.listen}: {error}") from None
         scheme = "https" if config.http.tls_certfile else "http"
@@ -554,7 +549,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from monitor.inputs.generate import Regression, Traffic, World, events
+    from monitor.inputs.generate import Regression, Traffic, World, messages
 
     world = World.build(args.seed)
     start = Traffic().start
@@ -566,22 +561,21 @@ def _generate(args: argparse.Namespace) -> int:
         regression=(Regression(args.regression_class, start + args.regression_after)
                     if args.regression_class else None),
     )
-    stream = events(world, traffic)
+    stream = messages(world, traffic)
     if args.kafka:
         from kafka import KafkaProducer
 
         producer = KafkaProducer(bootstrap_servers=args.kafka, linger_ms=20)
-        for _, key, line in stream:
-            judged = b'"type":"judgment"' in line or b'"type":"qrels"' in line
-            topic = args.judgments_topic if judged else args.topic
-            producer.send(topic, key=key.encode(), value=line)
+        for message in stream:
+            topic = args.judgments_topic if message.judged else args.topic
+            producer.send(topic, key=message.key.encode(), value=message.line)
         producer.flush()
         producer.close()
         return EXIT_OK
     out = args.output.open("wb") if args.output else sys.stdout.buffer
     try:
-        for _, _, line in stream:
-            out.write(line + b"\n")
+        for message in stream:
+            out.write(message.line + b"\n")
     finally:
         if args.output:
             out.close()

@@ -20,6 +20,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 # class -> (share of queries, terms range, zero-result probability, relevance profile, converts)
 CLASS_PROFILES: dict[str, tuple[float, tuple[int, int], float, str, float]] = {
@@ -134,8 +135,24 @@ def rfc3339(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+class Message(NamedTuple):
+    """A generated message: its event time, its Kafka key, the JSON line, and whether it is
+    judged (``judgment`` or ``qrels``: for the judgments topic) or a search-log event."""
+
+    time: float
+    key: str
+    line: bytes
+    judged: bool
+
+
 def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]:
     """(event time, session key, JSON line) in time order; the key is the Kafka message key."""
+    for message in messages(world, traffic):
+        yield message.time, message.key, message.line
+
+
+def messages(world: World, traffic: Traffic) -> Iterator[Message]:
+    """The generated messages in time order, each saying which topic it is for."""
     rng = random.Random(traffic.seed)
     counter = itertools.count()
     heap: list[tuple[float, int, str, bytes]] = []
@@ -149,10 +166,10 @@ def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]
     if traffic.qrels:
         for index in _judged_set(world, traffic):
             query = world.queries[index]
-            yield traffic.start, f"qrels-{index}", _dump({
+            yield Message(traffic.start, f"qrels-{index}", _dump({
                 "type": "qrels", "timestamp": rfc3339(traffic.start), "query_text": query.text,
                 "query_class": query.klass, "labels": query.relevance,
-            })
+            }), True)
     while True:
         if next_session < end and (not heap or next_session <= heap[0][0]):
             session_id = f"s{next(counter):09d}-{traffic.seed}"
@@ -166,13 +183,13 @@ def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]
         while next_sample <= time:
             sample_number += 1
             for judged in _judged_sample(world, traffic, rng, sample_number, next_sample):
-                yield next_sample, f"sample-{sample_number}", judged
+                yield Message(next_sample, f"sample-{sample_number}", judged, True)
             next_sample += traffic.judged_every
-        yield time, key, line
+        yield Message(time, key, line, False)
         if rng.random() < traffic.duplicate_rate and previous is not None:
-            yield time, *previous
+            yield Message(time, *previous, False)
         if rng.random() < traffic.malformed_rate:
-            yield time, key, _malformed(rng, line)
+            yield Message(time, key, _malformed(rng, line), False)
         previous = key, line
 
 

@@ -17,6 +17,7 @@ from monitor.config import Config
 from monitor.core.export import Export, export
 from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import StateError
+from monitor.inputs.deadletters import DeadLetters
 from monitor.inputs.events import Key
 from monitor.inputs.kafka import KafkaSource, RebalanceFence
 from monitor.run.worker import Checkpoint, Checkpointed, StartError, Worker, offline_key, refusal
@@ -89,14 +90,14 @@ class CheckpointCoordinator:
 
     def checkpoint(
         self, source: KafkaSource, worker: Worker, fence: RebalanceFence, owned: set[Key],
-        generation: int | None = None,
+        generation: int | None = None, letters: DeadLetters | None = None,
     ) -> Checkpointed | None:
         """Make the state durable (under the group ``generation``), commit its offsets, then
         export it. A commit the group refuses (this replica is no longer a member of that
         generation) promotes nothing: the ledger and the export stay as they were, and
         ``refused`` tells the daemon to give its partitions up."""
         self._last = time.monotonic()
-        if not source.flush_dead_letters():  # before their offsets move
+        if letters is not None and not letters.flush():  # before their offsets move
             self.failures += 1  # the dead-letter topic does not acknowledge the copies
             return None
         # A rebalance waits for a checkpoint in progress, and the partitions it revokes are
@@ -122,7 +123,9 @@ class CheckpointCoordinator:
                 return None
             for key, (_, view) in answer.written.items():
                 self.ledger.update(key, view)
-            self.ledger.dead_lettered = self.dead_lettered_before + source.dead_lettered
+            self.ledger.dead_lettered = self.dead_lettered_before + (
+                letters.acknowledged if letters is not None else 0
+            )
             if not self._save():
                 return None
             self.export(owned)

@@ -32,12 +32,11 @@ import time
 from collections.abc import Iterable, Iterator
 
 from kafka.errors import KafkaError
-from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config
 from monitor.core.export import Export
+from monitor.inputs.deadletters import DeadLetters
 from monitor.inputs.events import Key
 from monitor.inputs.kafka import KafkaSource, RebalanceFence, Records
 from monitor.run.coordinator import LEDGER_FILE, CheckpointCoordinator
@@ -53,9 +52,9 @@ from monitor.run.worker import (
     Worker,
     WorkerFailed,
 )
-from monitor.serve.http import MetricsServer
-from monitor.serve.metrics import ExportCollector, consumer_metrics
+from monitor.serve.metrics import consumer_metrics
 from monitor.serve.page import Status
+from monitor.serve.routes import serve
 from monitor.state import checkpoint
 
 log = logging.getLogger(__name__)
@@ -147,6 +146,8 @@ class Daemon:
         self.connected = False
         self.lag: dict[Key, int] = {}
         self.source: KafkaSource | None = None
+        self.letters: DeadLetters | None = None
+        """The dead-letter producer, with ``[kafka] dead_letter_topic``."""
         """The Kafka source once made (its dead-letter counts are exported)."""
         self.clock = WallClock()
         self.stop = threading.Event()
@@ -197,12 +198,12 @@ class Daemon:
     def dead_lettered(self) -> int:
         """Copies the dead-letter topic has acknowledged, this run and the earlier ones."""
         return self.coordinator.dead_lettered_before + (
-            self.source.dead_lettered if self.source else 0
+            self.letters.acknowledged if self.letters else 0
         )
 
     @property
     def dead_letters_truncated(self) -> int:
-        return self.source.dead_letters_truncated if self.source else 0
+        return self.letters.truncated if self.letters else 0
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -218,14 +219,10 @@ class Daemon:
             self._worker.close()
 
     def _consume(self, worker: Worker) -> int:
-        registry = CollectorRegistry()
-        registry.register(ExportCollector(lambda: self.exported, self._daemon_metrics))
-        ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
         status = Status(lambda: self.exported, lambda: self.coordinator.queries,
                         lambda: self.coordinator.query_state)
-        server = MetricsServer.from_config(
-            self.config.http, registry, self._not_ready, self._not_alive, status
-        ).start()
+        server = serve(self.config.http, status, self._daemon_metrics, self._not_ready,
+                       self._not_alive, process=True)
         log.info("serving http://%s/metrics, the status page at / and /queries",
                  self.config.http.listen)
         source: KafkaSource | None = None
@@ -235,6 +232,8 @@ class Daemon:
                 self.turned = time.monotonic()
                 if source is None:
                     try:
+                        if self.letters is None and self.config.kafka.dead_letter_topic:
+                            self.letters = DeadLetters(self.config)
                         source = self.source = KafkaSource(self.config, self.rebalance)
                         self.connected = True
                         backoff = 1.0
@@ -268,6 +267,8 @@ class Daemon:
         finally:
             if source is not None:
                 source.close()
+            if self.letters is not None:
+                self.letters.close()
             server.close()
             if self.pauses is not None:
                 self.pauses.close()
@@ -495,20 +496,21 @@ class Daemon:
             for tp, records in batch.items()
             if (tp.topic, tp.partition) in owned and records
         ]
-        if parts and source.dead_letters_full():
+        letters = self.letters
+        if parts and letters is not None and letters.full():
             # the dead-letter topic does not take the copies: nothing more is read (or
             # rejected) until it does, so that the copies held stay bounded
             if not self._backlog_logged:
                 self._backlog_logged = True
                 log.warning("%d dead letters wait for the dead-letter topic (the most held): "
                             "consumption paused until it acknowledges them",
-                            source.dead_letters_unacknowledged)
+                            letters.pending)
             for tp, records in batch.items():
                 if records:
                     source.seek((tp.topic, tp.partition), records[0].offset)
-            source.flush_dead_letters()
+            letters.flush()
             return
-        if self._backlog_logged and not source.dead_letters_full():
+        if self._backlog_logged and (letters is None or not letters.full()):
             self._backlog_logged = False
             log.info("the dead-letter topic acknowledged the copies held: consumption resumes")
         if parts:
@@ -567,14 +569,14 @@ class Daemon:
         self.positions.update((k, v) for k, v in answer.offsets.items() if k in self.owned)
         self.progressed = time.monotonic()
         batch, self._in_flight = self._in_flight, None
-        if answer.letters:
-            source.dead_letter(batch, answer.letters)
+        if answer.letters and self.letters is not None:
+            self.letters.send(batch, answer.letters)
 
     def _checkpoint(self, source: KafkaSource, worker: Worker) -> None:
         self._settle(source, worker)
         self._check_membership(source, worker, {})
         answer = self.coordinator.checkpoint(
-            source, worker, self.rebalance, self.owned, self.generation
+            source, worker, self.rebalance, self.owned, self.generation, self.letters
         )
         if self.coordinator.refused:  # the group no longer counts this replica a member
             self.coordinator.refused = False
@@ -676,7 +678,7 @@ class Daemon:
         return consumer_metrics(
             self.lag, self.connected, self.coordinator.durable_as_of,
             self.dead_lettered, self.coordinator.failures, self.dead_letters_truncated,
-            self.source.dead_letters_unacknowledged if self.source else 0, self.clock.jumps,
+            self.letters.pending if self.letters else 0, self.clock.jumps,
         )
 
 

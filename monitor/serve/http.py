@@ -1,10 +1,5 @@
-"""The HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and ``/readyz``;
-with a ``Status``, the status page at ``/`` and the query lists at ``/queries``.
-
-``/readyz`` answers 200 when the caller's readiness check passes (the daemon: connected to
-the broker and caught up with its checkpoint) and 503 with the reason otherwise; ``/livez``
-the same with the liveness check (the daemon: its consumer loop turns, and makes progress
-while behind); ``/healthz`` 200 while the process serves HTTP at all.
+"""The HTTP transport: a hardened server that hands each request, once whole, to the
+application's ``answer`` (``monitor.serve.routes``) and writes what it returns.
 
 Whatever other clients do, the endpoint stays cheap and answers Prometheus: one event loop
 holds the connections, so an idle or half-sent one costs a socket and no thread; a request is
@@ -17,10 +12,8 @@ are :class:`Limits`.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import http.client
 import io
-import json
 import logging
 import queue
 import re
@@ -30,21 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from email.utils import formatdate
 from functools import partial
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
-from urllib.parse import parse_qs
-
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
-
-from monitor.config import HttpConfig
-from monitor.serve import page
-from monitor.serve.page import Status
-from monitor.serve.queries import STATE, FilterError, select
+from typing import Any, NamedTuple, Self, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -81,21 +65,22 @@ class Limits:
     its rendering began: never older than that, and concurrent scrapes render once."""
 
 
-class MetricsServer:
-    """The endpoint in a background thread; ``close()`` stops it."""
+class HttpServer:
+    """The transport in a background thread: each request, once whole, goes to ``answer``
+    in a worker thread; ``headers`` go with every answer, errors included. ``close()``
+    stops it."""
 
     def __init__(
-        self, address: tuple[str, int], registry: CollectorRegistry,
-        ready: Readiness = lambda: None, tls: ssl.SSLContext | None = None,
-        alive: Readiness = lambda: None, *, limits: Limits = Limits(),
-        clock: Callable[[], float] = time.monotonic, status: Status | None = None,
+        self, address: tuple[str, int], answer: Callable[[Request], Answer],
+        tls: ssl.SSLContext | None = None, *, limits: Limits = Limits(),
+        clock: Callable[[], float] = time.monotonic,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._limits = limits
         self._tls = tls
         self._clock = clock
-        self._site = _Site(
-            registry, ready, alive, _Pages(registry, limits.cache_seconds, clock), status
-        )
+        self._answer = answer
+        self._headers = headers
         self._workers = _Workers(limits.workers)
         self._socket = _listen(address, limits.backlog)
         self._open: set[asyncio.StreamWriter] = set()
@@ -107,22 +92,11 @@ class MetricsServer:
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="metrics-http", daemon=True)
 
-    @classmethod
-    def from_config(
-        cls, http: HttpConfig, registry: CollectorRegistry, ready: Readiness = lambda: None,
-        alive: Readiness = lambda: None, status: Status | None = None,
-    ) -> MetricsServer:
-        """The server of ``[http]``: HTTPS (and mutual TLS) when its TLS files are set."""
-        tls = None
-        if http.tls_certfile is not None and http.tls_keyfile is not None:
-            tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
-        return cls(http.address, registry, ready, tls, alive, status=status)
-
     @property
     def port(self) -> int:
         return int(self._socket.getsockname()[1])
 
-    def start(self) -> MetricsServer:
+    def start(self) -> Self:
         self._workers.start()
         self._thread.start()
         self._serving.wait()
@@ -163,7 +137,7 @@ class MetricsServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         if len(self._open) >= self._limits.max_connections and not self._evict():
-            _write(writer, _BUSY, keep_alive=False, head_only=False)
+            _write(writer, _BUSY, keep_alive=False, head_only=False, common=self._headers)
             writer.close()
             return
         self._open.add(writer)
@@ -179,13 +153,13 @@ class MetricsServer:
                 finally:
                     self._waiting.pop(writer, None)
                 request = _TOO_LARGE if head is None else _parse(head, self._clock())
-                if isinstance(request, _Answer):
+                if isinstance(request, Answer):
                     answer, keep_alive, head_only = request, False, False
                 else:
-                    job = partial(self._site.answer, request)
+                    job = partial(self._answer, request)
                     answer = await asyncio.wrap_future(self._workers.submit(job))
                     keep_alive, head_only = request.keep_alive, request.method == "HEAD"
-                _write(writer, answer, keep_alive, head_only)
+                _write(writer, answer, keep_alive, head_only, self._headers)
                 async with asyncio.timeout(self._limits.write_timeout):
                     await writer.drain()
                 if not keep_alive:
@@ -234,7 +208,7 @@ class MetricsServer:
         return True
 
 
-class _Request(NamedTuple):
+class Request(NamedTuple):
     method: str
     path: str
     accept: str
@@ -246,46 +220,36 @@ class _Request(NamedTuple):
     """The target's query string (after ``?``)."""
 
 
-class _Answer(NamedTuple):
+class Answer(NamedTuple):
     status: HTTPStatus
     body: bytes
     content_type: str = "text/plain"
     headers: tuple[tuple[str, str], ...] = ()
 
 
-SECURITY_HEADERS = (
-    ("Content-Security-Policy", page.CONTENT_SECURITY_POLICY),
-    ("X-Content-Type-Options", "nosniff"),
-    ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
-)
-"""Sent with every answer, errors included: a browser runs nothing of a page or of a JSON or
-text answer that holds query texts (no script, no other style, no guessing the content type),
-shows none of them in a frame of another site, and tells the links' targets nothing."""
-
 _END_OF_HEAD = re.compile(rb"\r?\n\r?\n")
 _VERSION = re.compile(r"HTTP/(\d)\.(\d)")
-_TOO_LARGE = _Answer(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"request headers too large\n")
-_BUSY = _Answer(HTTPStatus.SERVICE_UNAVAILABLE, b"busy: too many connections\n",
+_TOO_LARGE = Answer(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"request headers too large\n")
+_BUSY = Answer(HTTPStatus.SERVICE_UNAVAILABLE, b"busy: too many connections\n",
                 headers=(("Retry-After", "1"),))
 
 
-def _parse(head: bytes, received: float) -> _Request | _Answer:
+def _parse(head: bytes, received: float) -> Request | Answer:
     """The request of a request line and headers, or the error answer that closes."""
     line, _, rest = head.partition(b"\n")
     words = line.decode("latin-1").split()
     version = _VERSION.fullmatch(words[2]) if len(words) == 3 else None
     if version is None:
-        return _Answer(HTTPStatus.BAD_REQUEST, b"bad request line\n")
+        return Answer(HTTPStatus.BAD_REQUEST, b"bad request line\n")
     if version[1] != "1":
-        return _Answer(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, b"HTTP/1.0 and HTTP/1.1 only\n")
+        return Answer(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, b"HTTP/1.0 and HTTP/1.1 only\n")
     try:
         headers = http.client.parse_headers(io.BytesIO(rest))
     except http.client.HTTPException:
-        return _Answer(HTTPStatus.BAD_REQUEST, b"bad headers\n")
+        return Answer(HTTPStatus.BAD_REQUEST, b"bad headers\n")
     method, target, _ = words
     if method not in ("GET", "HEAD"):
-        return _Answer(HTTPStatus.NOT_IMPLEMENTED, f"unsupported method {method!r}\n".encode(),
+        return Answer(HTTPStatus.NOT_IMPLEMENTED, f"unsupported method {method!r}\n".encode(),
                        headers=(("Allow", "GET, HEAD"),))
     connection = {token.strip().lower() for token in headers.get("Connection", "").split(",")}
     has_body = "Transfer-Encoding" in headers or headers.get("Content-Length", "0") != "0"
@@ -293,7 +257,7 @@ def _parse(head: bytes, received: float) -> _Request | _Answer:
         "close" not in connection if version[2] != "0" else "keep-alive" in connection
     )
     path, _, query = target.partition("?")
-    return _Request(
+    return Request(
         method, path, headers.get("Accept", ""),
         _accepts_gzip(headers.get("Accept-Encoding", "")), keep_alive, received, query,
     )
@@ -313,14 +277,15 @@ def _accepts_gzip(accept_encoding: str) -> bool:
 
 
 def _write(
-    writer: asyncio.StreamWriter, answer: _Answer, keep_alive: bool, head_only: bool
+    writer: asyncio.StreamWriter, answer: Answer, keep_alive: bool, head_only: bool,
+    common: tuple[tuple[str, str], ...] = (),
 ) -> None:
     lines = [
         f"HTTP/1.1 {answer.status.value} {answer.status.phrase}",
         f"Date: {formatdate(usegmt=True)}",
         f"Content-Type: {answer.content_type}",
         f"Content-Length: {len(answer.body)}",
-        *(f"{name}: {value}" for name, value in (*answer.headers, *SECURITY_HEADERS)),
+        *(f"{name}: {value}" for name, value in (*answer.headers, *common)),
         f"Connection: {'keep-alive' if keep_alive else 'close'}",
     ]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
@@ -333,130 +298,6 @@ async def _read_into(reader: asyncio.StreamReader, pending: bytearray) -> None:
     if not chunk:
         raise EOFError("the client closed the connection")
     pending += chunk
-
-
-class _Site:
-    """The answers to GET and HEAD, made in the worker threads."""
-
-    def __init__(
-        self, registry: CollectorRegistry, ready: Readiness, alive: Readiness, pages: _Pages,
-        status: Status | None = None,
-    ) -> None:
-        self._ready = ready
-        self._alive = alive
-        self._pages = pages
-        self._status = status
-
-    def answer(self, request: _Request) -> _Answer:
-        if request.path == "/metrics":
-            return self._metrics(request)
-        if request.path == "/healthz":
-            return _Answer(HTTPStatus.OK, b"ok\n")
-        if request.path == "/readyz":
-            return _probe(self._ready(), "ready")
-        if request.path == "/livez":
-            return _probe(self._alive(), "alive")
-        if self._status is not None and request.path in ("/", "/queries", "/queries/state"):
-            try:
-                return self._show(request, self._status)
-            except Exception as error:
-                log.exception("rendering %s failed", request.path)
-                return _Answer(HTTPStatus.INTERNAL_SERVER_ERROR,
-                               f"rendering failed: {error!r}\n".encode())
-        return _Answer(HTTPStatus.NOT_FOUND, (
-            b"not found: try /, /queries, /metrics, /healthz, /livez or /readyz\n"
-            if self._status is not None else
-            b"not found: try /metrics, /healthz, /livez or /readyz\n"
-        ))
-
-    def _show(self, request: _Request, status: Status) -> _Answer:
-        """The status page or the query lists, filtered by the query string."""
-        asked = {k: v[-1] for k, v in parse_qs(request.query).items()}
-        unknown = asked.keys() - {"class", "window", "list"}
-        if unknown:
-            return _Answer(HTTPStatus.BAD_REQUEST, (
-                f"unknown parameter {sorted(unknown)[0]!r}: filters are class, window and "
-                "list\n").encode())
-        if request.path == "/queries/state":
-            state = status.state()
-            if state is None:
-                return _Answer(HTTPStatus.SERVICE_UNAVAILABLE,
-                               b"query lists not computed yet: they come with the first "
-                               b"checkpoint\n", headers=(("Retry-After", "5"),))
-            return _Answer(HTTPStatus.OK, STATE.dump_json(state), "application/json")
-        queries = status.queries()
-        if request.path == "/":
-            return _Answer(HTTPStatus.OK, page.render(status.export(), queries,
-                                                      asked.get("class")),
-                           "text/html; charset=utf-8")
-        if queries is None:
-            return _Answer(HTTPStatus.SERVICE_UNAVAILABLE,
-                           b"query lists not computed yet: they come with the first "
-                           b"checkpoint\n", headers=(("Retry-After", "5"),))
-        try:
-            chosen = select(queries, asked.get("class"), asked.get("window"), asked.get("list"))
-        except FilterError as error:
-            return _Answer(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
-        return _Answer(HTTPStatus.OK, json.dumps(chosen, indent=1).encode() + b"\n",
-                       "application/json")
-
-    def _metrics(self, request: _Request) -> _Answer:
-        try:
-            content_type, body = self._pages.get(request.accept, request.gzip, request.received)
-        except Exception as error:  # a scrape must say it failed, and the log why
-            log.exception("collecting /metrics failed")
-            return _Answer(HTTPStatus.INTERNAL_SERVER_ERROR,
-                           f"collecting metrics failed: {error!r}\n".encode())
-        headers = [("Vary", "Accept, Accept-Encoding")]
-        if request.gzip:
-            headers.append(("Content-Encoding", "gzip"))
-        return _Answer(HTTPStatus.OK, body, content_type, tuple(headers))
-
-
-def _probe(reason: str | None, word: str) -> _Answer:
-    if reason is None:
-        return _Answer(HTTPStatus.OK, f"{word}\n".encode())
-    return _Answer(HTTPStatus.SERVICE_UNAVAILABLE, f"not {word}: {reason}\n".encode())
-
-
-@dataclass(frozen=True)
-class _Page:
-    started: float
-    """The clock when its rendering began."""
-    body: bytes
-    gzipped: bytes | None = None
-
-
-class _Pages:
-    """Rendered ``/metrics`` pages, one per content type, each reused by the scrapes received
-    until ``max_age`` after its rendering began. One rendering at a time: the scrapes that
-    come meanwhile wait for it and take it."""
-
-    def __init__(
-        self, registry: CollectorRegistry, max_age: float, clock: Callable[[], float]
-    ) -> None:
-        self._registry = registry
-        self._max_age = max_age
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._pages: dict[str, _Page] = {}
-
-    def get(self, accept: str, gzipped: bool, received: float) -> tuple[str, bytes]:
-        """The content type and the body (gzip-compressed if asked) for a scrape received at
-        ``received``."""
-        encoder, content_type = choose_encoder(accept)
-        with self._lock:
-            page = self._pages.get(content_type)
-            if page is None or page.started < received - self._max_age:
-                started = self._clock()
-                page = _Page(started, encoder(self._registry))
-                # content types come from the clients: stale pages go, so they cannot pile up
-                self._pages = {kind: old for kind, old in self._pages.items()
-                               if old.started >= started - self._max_age}
-            if gzipped and page.gzipped is None:
-                page = replace(page, gzipped=gzip.compress(page.body, compresslevel=6, mtime=0))
-            self._pages[content_type] = page
-        return content_type, page.gzipped if gzipped and page.gzipped is not None else page.body
 
 
 class _Workers:

@@ -1,0 +1,214 @@
+"""The application's routes: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and
+``/readyz``; with a ``Status``, the status page at ``/``, the query lists at ``/queries`` and a
+replica's tallies at ``/queries/state``. ``serve`` starts them on the transport of
+``monitor.serve.http``; the daemon and ``replay --serve`` both use it.
+
+``/readyz`` answers 200 when the caller's readiness check passes (the daemon: connected to
+the broker and caught up with its checkpoint) and 503 with the reason otherwise; ``/livez``
+the same with the liveness check (the daemon: its consumer loop turns, and makes progress
+while behind); ``/healthz`` 200 while the process serves HTTP at all.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from http import HTTPStatus
+from urllib.parse import parse_qs
+
+from prometheus_client import ProcessCollector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import CollectorRegistry
+
+from monitor.config import HttpConfig
+from monitor.serve import page
+from monitor.serve.http import Answer, HttpServer, Limits, Request, tls_context
+from monitor.serve.metrics import ExportCollector
+from monitor.serve.page import Status
+from monitor.serve.queries import STATE, FilterError, select
+
+log = logging.getLogger(__name__)
+
+Readiness = Callable[[], str | None]
+"""None when ready (or alive), else the reason why not."""
+
+
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", page.CONTENT_SECURITY_POLICY),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+)
+"""Sent with every answer, errors included: a browser runs nothing of a page or of a JSON or
+text answer that holds query texts (no script, no other style, no guessing the content type),
+shows none of them in a frame of another site, and tells the links' targets nothing."""
+
+class Routes:
+    """The answers to GET and HEAD, made in the worker threads."""
+
+    def __init__(
+        self, registry: CollectorRegistry, ready: Readiness, alive: Readiness, pages: Pages,
+        status: Status | None = None,
+    ) -> None:
+        self._ready = ready
+        self._alive = alive
+        self._pages = pages
+        self._status = status
+
+    def answer(self, request: Request) -> Answer:
+        if request.path == "/metrics":
+            return self._metrics(request)
+        if request.path == "/healthz":
+            return Answer(HTTPStatus.OK, b"ok\n")
+        if request.path == "/readyz":
+            return probe(self._ready(), "ready")
+        if request.path == "/livez":
+            return probe(self._alive(), "alive")
+        if self._status is not None and request.path in ("/", "/queries", "/queries/state"):
+            try:
+                return self._show(request, self._status)
+            except Exception as error:
+                log.exception("rendering %s failed", request.path)
+                return Answer(HTTPStatus.INTERNAL_SERVER_ERROR,
+                               f"rendering failed: {error!r}\n".encode())
+        return Answer(HTTPStatus.NOT_FOUND, (
+            b"not found: try /, /queries, /metrics, /healthz, /livez or /readyz\n"
+            if self._status is not None else
+            b"not found: try /metrics, /healthz, /livez or /readyz\n"
+        ))
+
+    def _show(self, request: Request, status: Status) -> Answer:
+        """The status page or the query lists, filtered by the query string."""
+        asked = {k: v[-1] for k, v in parse_qs(request.query).items()}
+        unknown = asked.keys() - {"class", "window", "list"}
+        if unknown:
+            return Answer(HTTPStatus.BAD_REQUEST, (
+                f"unknown parameter {sorted(unknown)[0]!r}: filters are class, window and "
+                "list\n").encode())
+        if request.path == "/queries/state":
+            state = status.state()
+            if state is None:
+                return Answer(HTTPStatus.SERVICE_UNAVAILABLE,
+                               b"query lists not computed yet: they come with the first "
+                               b"checkpoint\n", headers=(("Retry-After", "5"),))
+            return Answer(HTTPStatus.OK, STATE.dump_json(state), "application/json")
+        queries = status.queries()
+        if request.path == "/":
+            return Answer(HTTPStatus.OK, page.render(status.export(), queries,
+                                                      asked.get("class")),
+                           "text/html; charset=utf-8")
+        if queries is None:
+            return Answer(HTTPStatus.SERVICE_UNAVAILABLE,
+                           b"query lists not computed yet: they come with the first "
+                           b"checkpoint\n", headers=(("Retry-After", "5"),))
+        try:
+            chosen = select(queries, asked.get("class"), asked.get("window"), asked.get("list"))
+        except FilterError as error:
+            return Answer(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
+        return Answer(HTTPStatus.OK, json.dumps(chosen, indent=1).encode() + b"\n",
+                       "application/json")
+
+    def _metrics(self, request: Request) -> Answer:
+        try:
+            content_type, body = self._pages.get(request.accept, request.gzip, request.received)
+        except Exception as error:  # a scrape must say it failed, and the log why
+            log.exception("collecting /metrics failed")
+            return Answer(HTTPStatus.INTERNAL_SERVER_ERROR,
+                           f"collecting metrics failed: {error!r}\n".encode())
+        headers = [("Vary", "Accept, Accept-Encoding")]
+        if request.gzip:
+            headers.append(("Content-Encoding", "gzip"))
+        return Answer(HTTPStatus.OK, body, content_type, tuple(headers))
+
+
+def probe(reason: str | None, word: str) -> Answer:
+    if reason is None:
+        return Answer(HTTPStatus.OK, f"{word}\n".encode())
+    return Answer(HTTPStatus.SERVICE_UNAVAILABLE, f"not {word}: {reason}\n".encode())
+
+
+@dataclass(frozen=True)
+class Page:
+    started: float
+    """The clock when its rendering began."""
+    body: bytes
+    gzipped: bytes | None = None
+
+
+class Pages:
+    """Rendered ``/metrics`` pages, one per content type, each reused by the scrapes received
+    until ``max_age`` after its rendering began. One rendering at a time: the scrapes that
+    come meanwhile wait for it and take it."""
+
+    def __init__(
+        self, registry: CollectorRegistry, max_age: float, clock: Callable[[], float]
+    ) -> None:
+        self._registry = registry
+        self._max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pages: dict[str, Page] = {}
+
+    def get(self, accept: str, gzipped: bool, received: float) -> tuple[str, bytes]:
+        """The content type and the body (gzip-compressed if asked) for a scrape received at
+        ``received``."""
+        encoder, content_type = choose_encoder(accept)
+        with self._lock:
+            page = self._pages.get(content_type)
+            if page is None or page.started < received - self._max_age:
+                started = self._clock()
+                page = Page(started, encoder(self._registry))
+                # content types come from the clients: stale pages go, so they cannot pile up
+                self._pages = {kind: old for kind, old in self._pages.items()
+                               if old.started >= started - self._max_age}
+            if gzipped and page.gzipped is None:
+                page = replace(page, gzipped=gzip.compress(page.body, compresslevel=6, mtime=0))
+            self._pages[content_type] = page
+        return content_type, page.gzipped if gzipped and page.gzipped is not None else page.body
+
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class MetricsServer(HttpServer):
+    """The routes on the transport, in a background thread; ``close()`` stops it."""
+
+    def __init__(
+        self, address: tuple[str, int], registry: CollectorRegistry,
+        ready: Readiness = lambda: None, tls: ssl.SSLContext | None = None,
+        alive: Readiness = lambda: None, *, limits: Limits = DEFAULT_LIMITS,
+        clock: Callable[[], float] = time.monotonic, status: Status | None = None,
+    ) -> None:
+        routes = Routes(
+            registry, ready, alive, Pages(registry, limits.cache_seconds, clock), status
+        )
+        super().__init__(address, routes.answer, tls, limits=limits, clock=clock,
+                         headers=SECURITY_HEADERS)
+
+
+def serve(
+    http: HttpConfig, status: Status, extra: Callable[[], Iterable[Metric]] = lambda: (),
+    ready: Readiness = lambda: None, alive: Readiness = lambda: None, process: bool = False,
+) -> MetricsServer:
+    """The routes of ``status`` (its export on ``/metrics``, with ``extra`` families and,
+    with ``process``, the process collector's) served on ``[http]`` (HTTPS, and mutual TLS,
+    when its TLS files are set), started. The daemon and ``replay --serve`` both serve this
+    way."""
+    registry = CollectorRegistry()
+    registry.register(ExportCollector(status.export, extra))
+    if process:
+        ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
+    tls = None
+    if http.tls_certfile is not None and http.tls_keyfile is not None:
+        tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
+    server = MetricsServer(http.address, registry, ready, tls, alive, status=status)
+    server.start()
+    return server
