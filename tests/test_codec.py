@@ -322,3 +322,34 @@ def test_a_format_2_file_can_name_no_other_class(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="format 2 has no"):
         DirStore(tmp_path)
     assert not marker.exists()
+
+
+def test_a_counter_added_to_the_catalogue_reads_0_from_state_written_before() -> None:
+    """A new online counter is an entry at the end of the catalogue: checkpoints and ledger
+    exports written before it restore with it at 0, with no migration."""
+    from dataclasses import replace
+
+    from monitor.core.export import check, export, padded
+    from monitor.core.online import CountersState
+
+    pipeline = fed(fixture_stream()[:400])
+    state = pipeline.snapshot()
+    counts = {k: v for k, v in state.counters.counts.items() if k != "reformulated_queries"}
+    histograms = {k: v for k, v in state.counters.histograms.items()
+                  if k != "first_click_reciprocal_rank"}
+    earlier = replace(state, counters=CountersState(counts, histograms))
+    restored = Pipeline.restore(Config(), earlier)
+    classes = len(restored.classes.names)
+    assert restored.counters.reformulated_queries == [0] * classes
+    assert restored.counters.first_click_reciprocal_rank.counts[0] == [0] * len(
+        restored.counters.first_click_reciprocal_rank.counts[0])
+    assert restored.counters.queries == pipeline.counters.queries
+    figures = export(pipeline)
+    shorter = replace(figures, slices=tuple(
+        replace(part, counts=part.counts[:-1], histograms=part.histograms[:-1])
+        for part in figures.slices
+    ))
+    check(shorter)
+    for before, after in zip(figures.slices, padded(shorter).slices, strict=True):
+        assert after.counts == (*before.counts[:-1], 0)
+        assert len(after.histograms) == len(before.histograms)

@@ -128,10 +128,11 @@ def check(figures: Export) -> None:
     slices = [figures.slice for figures in figures.slices]
     require(len(set(slices)) == len(slices), "export: a slice twice")
     for part in figures.slices:
+        sizes = tuple(len(h.counts) for h in part.histograms)
         require(
             len(part.slice) == len(SLICE_LABELS)
-            and len(part.counts) == len(OnlineCounters.COUNTS)
-            and tuple(len(h.counts) for h in part.histograms) == _HISTOGRAM_SIZES,
+            and len(part.counts) <= len(OnlineCounters.COUNTS)
+            and sizes == _HISTOGRAM_SIZES[:len(sizes)],
             "export: online counters not of this version",
         )
     for score in figures.scores:
@@ -141,6 +142,24 @@ def check(figures: Export) -> None:
             "export: judged scores not of this version",
         )
     require(set(figures.rejected) <= {r.value for r in Reason}, "export: an unknown reason")
+
+
+def padded(figures: Export) -> Export:
+    """``figures`` with the online counters and histograms added to the catalogue since it
+    was taken (they come last) at 0: what a ledger written by an earlier version exported."""
+    counts, sizes = len(OnlineCounters.COUNTS), _HISTOGRAM_SIZES
+    if all(len(p.counts) == counts and len(p.histograms) == len(sizes) for p in figures.slices):
+        return figures
+    return replace(figures, slices=tuple(
+        replace(
+            part,
+            counts=(*part.counts, *([0] * (counts - len(part.counts)))),
+            histograms=(*part.histograms, *(
+                HistogramFigures((0,) * size, 0.0) for size in sizes[len(part.histograms):]
+            )),
+        )
+        for part in figures.slices
+    ))
 
 
 def export(pipeline: Pipeline) -> Export:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from monitor.config import SessionsConfig
 from monitor.core.snapshots import (
@@ -84,6 +84,51 @@ class CountersState:
     histograms: dict[str, HistogramState]
 
 
+class Family(NamedTuple):
+    """An exported family of the online metrics: the ``OnlineCounters`` attribute it reads,
+    its Prometheus name (counters without ``_total``) and its help text."""
+
+    attribute: str
+    name: str
+    help: str
+
+
+COUNTERS = (
+    Family("queries", "search_queries", "Queries, by query class."),
+    Family("zero_result_queries", "search_zero_result_queries",
+           "Queries with result_count 0 (or, without result_count, an empty result list)."),
+    Family("clicked_queries", "search_clicked_queries",
+           "Queries with at least one click carrying their query_id."),
+    Family("clicks", "search_clicks", "Clicks, by the query class of the clicked query."),
+    Family("result_impressions", "search_result_impressions",
+           "Results shown (length of result_ids of each query)."),
+    Family("sessions", "search_sessions",
+           "Closed sessions with at least one query, by their first query's class."),
+    Family("abandoned_sessions", "search_abandoned_sessions",
+           "Closed sessions with at least one query and no click."),
+    Family("successful_sessions", "search_successful_sessions",
+           "Closed sessions with a click of dwell >= success_dwell or a conversion."),
+    Family("conversions", "search_conversions", "Conversions, by query class."),
+    Family("reformulated_queries", "search_reformulated_queries",
+           "Queries followed in their session by another query within the reformulation "
+           "window, with no click between."),
+)
+"""The catalogue of online counters, in export order. A new counter is one entry here (at
+the end: exports and checkpoints written before it read as 0 for it, no migration), one
+field of ``OnlineCounters``, and the line that counts it."""
+
+HISTOGRAMS = (
+    Family("query_latency", "search_query_latency_seconds", "Query latency (latency_ms)."),
+    Family("click_position", "search_click_position", "1-based position of each click."),
+    Family("time_to_first_click", "search_time_to_first_click_seconds",
+           "Time from a query to its first click."),
+    Family("queries_per_session", "search_queries_per_session", "Queries per closed session."),
+    Family("first_click_reciprocal_rank", "search_first_click_reciprocal_rank",
+           "1 / position of each clicked query's first click."),
+)
+"""The catalogue of online histograms, in export order (their buckets: ``OnlineCounters``)."""
+
+
 @dataclass
 class OnlineCounters:
     """Counters and histograms per class index; the Prometheus collector reads these."""
@@ -108,15 +153,8 @@ class OnlineCounters:
         default_factory=lambda: Histogram(RECIPROCAL_RANK_BUCKETS)
     )
 
-    COUNTS = (
-        "queries", "zero_result_queries", "clicked_queries", "clicks", "result_impressions",
-        "sessions", "abandoned_sessions", "successful_sessions", "conversions",
-        "reformulated_queries",
-    )
-    HISTOGRAMS = (
-        "query_latency", "click_position", "time_to_first_click", "queries_per_session",
-        "first_click_reciprocal_rank",
-    )
+    COUNTS = tuple(family.attribute for family in COUNTERS)
+    HISTOGRAMS = tuple(family.attribute for family in HISTOGRAMS)
 
     def add_class(self) -> None:
         for name in self.COUNTS:
@@ -135,17 +173,24 @@ class OnlineCounters:
         )
 
     def restore(self, state: CountersState, classes: int) -> None:
+        """The counters of ``state``; one it does not have (added to the catalogue since it
+        was taken) starts at 0. One this version does not know is refused."""
         require(
-            set(state.counts) == set(self.COUNTS)
-            and set(state.histograms) == set(self.HISTOGRAMS),
-            "online counters: not the counters of this version",
+            set(state.counts) <= set(self.COUNTS)
+            and set(state.histograms) <= set(self.HISTOGRAMS),
+            "online counters: counters this version does not know",
         )
         for name in self.COUNTS:
-            values = state.counts[name]
+            values = state.counts.get(name, [0] * classes)
             require(len(values) == classes, f"counter {name}: not {classes} classes")
             setattr(self, name, list(values))
         for name, histogram in self.histograms():
-            histogram.restore(state.histograms[name], classes, name)
+            if name in state.histograms:
+                histogram.restore(state.histograms[name], classes, name)
+            else:
+                histogram.counts, histogram.sums = [], []
+                for _ in range(classes):
+                    histogram.add_class()
 
 
 class Session:

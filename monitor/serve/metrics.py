@@ -10,7 +10,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
-from typing import NamedTuple
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -24,60 +23,8 @@ from prometheus_client.registry import Collector
 from monitor import __version__
 from monitor.core.export import SLICE_LABELS, Export, HistogramFigures
 from monitor.core.judged import SCORE_BUCKETS
-from monitor.core.online import OnlineCounters
+from monitor.core.online import COUNTERS, HISTOGRAMS, OnlineCounters
 from monitor.inputs.events import Reason
-
-
-class Family(NamedTuple):
-    name: str
-    help: str
-
-
-# Online counters: attribute of OnlineCounters -> exported family (name without _total).
-COUNTERS = {
-    "queries": Family("search_queries", "Queries, by query class."),
-    "zero_result_queries": Family(
-        "search_zero_result_queries",
-        "Queries with result_count 0 (or, without result_count, an empty result list).",
-    ),
-    "clicked_queries": Family(
-        "search_clicked_queries", "Queries with at least one click carrying their query_id."
-    ),
-    "clicks": Family("search_clicks", "Clicks, by the query class of the clicked query."),
-    "result_impressions": Family(
-        "search_result_impressions", "Results shown (length of result_ids of each query)."
-    ),
-    "sessions": Family(
-        "search_sessions", "Closed sessions with at least one query, by their first query's class."
-    ),
-    "abandoned_sessions": Family(
-        "search_abandoned_sessions", "Closed sessions with at least one query and no click."
-    ),
-    "successful_sessions": Family(
-        "search_successful_sessions",
-        "Closed sessions with a click of dwell >= success_dwell or a conversion.",
-    ),
-    "conversions": Family("search_conversions", "Conversions, by query class."),
-    "reformulated_queries": Family(
-        "search_reformulated_queries",
-        "Queries followed in their session by another query within the reformulation window, "
-        "with no click between.",
-    ),
-}
-
-HISTOGRAMS = {
-    "query_latency": Family("search_query_latency_seconds", "Query latency (latency_ms)."),
-    "click_position": Family("search_click_position", "1-based position of each click."),
-    "time_to_first_click": Family(
-        "search_time_to_first_click_seconds", "Time from a query to its first click."
-    ),
-    "queries_per_session": Family(
-        "search_queries_per_session", "Queries per closed session."
-    ),
-    "first_click_reciprocal_rank": Family(
-        "search_first_click_reciprocal_rank", "1 / position of each clicked query's first click."
-    ),
-}
 
 CLASS_LABEL = "query_class"
 
@@ -103,14 +50,14 @@ class ExportCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         figures = self._export()
         labels = list(SLICE_LABELS)
-        for i, family in enumerate(COUNTERS.values()):
+        for i, family in enumerate(COUNTERS):
             metric = CounterMetricFamily(family.name, family.help, labels=labels)
             for figure in figures.slices:
                 metric.add_metric(list(figure.slice), figure.counts[i])
             yield metric
-        for i, (attribute, family) in enumerate(HISTOGRAMS.items()):
+        for i, family in enumerate(HISTOGRAMS):
             histogram = HistogramMetricFamily(family.name, family.help, labels=labels)
-            bounds = BOUNDS[attribute]
+            bounds = BOUNDS[family.attribute]
             for figure in figures.slices:
                 _add_histogram(histogram, list(figure.slice), bounds, figure.histograms[i])
             yield histogram

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from monitor.core.classes import OTHER
-from monitor.core.export import Export, check, combine, fold_classes
+from monitor.core.export import Export, check, combine, fold_classes, padded
 from monitor.core.snapshots import Int, require
 from monitor.inputs.events import Key
 
@@ -118,5 +118,7 @@ class Ledger:
         for figures in (state.retired, *bases.values(), *views.values()):
             check(figures)
         require(state.dead_lettered >= 0, "ledger: a negative dead-letter count")
-        return Ledger(state.replica, state.retired, bases, views, state.dead_lettered,
-                      list(state.classes))
+        return Ledger(
+            state.replica, padded(state.retired), {k: padded(v) for k, v in bases.items()},
+            {k: padded(v) for k, v in views.items()}, state.dead_lettered, list(state.classes),
+        )
