@@ -229,3 +229,43 @@ def test_the_fast_path_accepts_only_what_the_full_validation_accepts_alike(
     assert isinstance(slow, dict), (document, slow)
     assert slow["type"] != "judgment" and slow["type"] != "qrels"
     assert as_live(slow) == fast
+
+
+def test_a_new_input_format_is_one_module_and_its_name_in_formats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chain finds a format as ``monitor.inputs.<name>`` and its ``DECODER``: a format
+    that reads ``key=value`` lines, registered by its name alone, decodes them; the formats
+    after it still read theirs."""
+    import importlib.util
+    import sys
+    import types
+
+    from monitor.config import parse_config
+    from monitor.core.pipeline import Pipeline
+
+    class KeyValues:
+        def __init__(self, config: Config) -> None:
+            self.config = config
+
+        def decode(self, data: bytes, hint: str | None) -> Result | None:
+            if not data.startswith(b"kv "):
+                return None
+            fields = dict(part.split("=", 1) for part in data[3:].decode().split())
+            return float(fields["t"]), QueryEvent(
+                event_id=fields["id"], timestamp=int(float(fields["t"]) * 1000),
+                session_id=fields["s"], query_id=fields["id"], query_text=fields["q"],
+                result_ids=[],
+            )
+
+    module = types.ModuleType("monitor.inputs.keyvalues")
+    module.__spec__ = importlib.util.spec_from_loader(module.__name__, loader=None)
+    module.DECODER = KeyValues  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    config = parse_config('[input]\nformats = ["keyvalues", "native", "ubi"]')
+    pipeline = Pipeline(config)
+    assert pipeline.feed(b"kv id=k1 t=1790000000 s=s1 q=shoes") is None
+    assert pipeline.feed(query("n1", 1, "s2", "q2")) is None
+    assert pipeline.health.accepted == 2
+    with pytest.raises(Exception, match="unknown: nothing"):
+        parse_config('[input]\nformats = ["nothing"]')

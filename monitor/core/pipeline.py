@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import cast
 
 from monitor.config import Config
 from monitor.core.classes import NEW, QueryClasses
@@ -33,7 +32,6 @@ from monitor.inputs.events import (
     SESSION_OF_QUERY,
     ClickEvent,
     ConversionEvent,
-    Decoded,
     DwellEvent,
     IgnoredAction,
     ImpressionEvent,
@@ -164,61 +162,108 @@ class Pipeline:
         says the document comes from. Never raises for a message: a step that fails on one
         (a defect) rejects it as ``unprocessable``."""
         try:
-            return self._read(data, hint)
+            decoded = self._decode(data, hint)
+            if type(decoded) is not tuple:
+                if type(decoded) is Rejection:
+                    self.health.rejected[decoded.reason] += 1
+                    return decoded
+                if type(decoded) is IgnoredAction:
+                    self.health.ignored_actions += 1
+                    return None
+                return decoded  # type: ignore[return-value]  # a judged message
+            time: float
+            event: Live
+            time, event = decoded  # type: ignore[assignment, misc]  # a live event and its time
+            if type(event) is QueryEvent:
+                declared = event.query_class
+                klass = self._class_index.get(declared) if declared is not None else None
+                if klass is None:  # NEW (a class joining the set) only once the query is accepted
+                    klass = self.classes.classify(
+                        declared, cut_text(event.query_text, self._max_chars), add=False
+                    )
+                return (
+                    time, QUERY, event.event_id, event.session_id, event.query_id, klass,
+                    None if event.results_known else 0.0,
+                ), event
+            if event.session_id[:1] == SESSION_OF_QUERY:  # resolved through its query (UBI)
+                self.sessions.resolving = True
+            if type(event) is ClickEvent:
+                return (
+                    time, CLICK, event.event_id, event.session_id, event.query_id, event.position,
+                    event.dwell_ms,
+                ), event
+            if type(event) is ImpressionEvent:
+                return (
+                    time, IMPRESSION, event.event_id, event.session_id, event.query_id,
+                    event.position, event.doc_id,
+                ), event
+            if type(event) is DwellEvent:
+                return (
+                    time, DWELL, event.event_id, event.session_id, event.query_id, 0,
+                    event.dwell_ms,
+                ), event
+            return (
+                time, CONVERSION, event.event_id, event.session_id, event.query_id, 0, None,
+            ), event
         except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, self.health.accepted)
-
-    def _read(self, data: bytes, hint: str | None) -> Read | Rejection | None:
-        decoded = self._decode(data, hint)
-        if type(decoded) is not tuple:
-            if type(decoded) is Rejection:
-                self.health.rejected[decoded.reason] += 1
-                return decoded
-            if type(decoded) is IgnoredAction:
-                self.health.ignored_actions += 1
-                return None
-            return decoded  # type: ignore[return-value]  # a judged message
-        time, event = cast(Decoded, decoded)
-        if event.session_id.startswith(SESSION_OF_QUERY):  # resolved through its query
-            self.sessions.resolving = True
-        if type(event) is QueryEvent:
-            declared = event.query_class
-            klass = self._class_index.get(declared) if declared is not None else None
-            if klass is None:  # NEW (a class joining the set) only once the query is accepted
-                klass = self.classes.classify(
-                    declared, cut_text(event.query_text, self._max_chars), add=False
-                )
-            return (
-                time, QUERY, event.event_id, event.session_id, event.query_id, klass,
-                None if event.results_known else 0.0,
-            ), event
-        if type(event) is ClickEvent:
-            return (
-                time, CLICK, event.event_id, event.session_id, event.query_id, event.position,
-                event.dwell_ms,
-            ), event
-        if type(event) is ImpressionEvent:
-            return (
-                time, IMPRESSION, event.event_id, event.session_id, event.query_id,
-                event.position, event.doc_id,
-            ), event
-        if type(event) is DwellEvent:
-            return (
-                time, DWELL, event.event_id, event.session_id, event.query_id, 0,
-                event.dwell_ms,
-            ), event
-        return (
-            time, CONVERSION, event.event_id, event.session_id, event.query_id, 0, None,
-        ), event
 
     def admit(self, read: Read) -> Rejection | None:
         """Hand what ``read`` returned to the sessions (or the offline state); returns the
         rejection, if the sessions refuse it (or ``unprocessable``: a step failed on it)."""
-        accepted = self.health.accepted
+        before = self.health.accepted
         try:
-            return self._admit(read)
+            if type(read) is JudgedMessage:
+                if read.time > self.sessions.horizon:  # it would move the offline clock ahead
+                    self.health.rejected[Reason.FUTURE_TIMESTAMP] += 1
+                    return self._future(read.event["timestamp"])
+                self.health.judged_messages += 1
+                if self.forwarding:
+                    self.forwarded.append(read)
+                else:
+                    self._apply(read)
+                return None
+            accepted, event = read
+            sessions = self.sessions
+            if accepted[5] == NEW and type(event) is QueryEvent:
+                reason = sessions.refuses(accepted)
+                if reason is not None:
+                    return self._reject(reason, event)
+                klass = self.classes.classify(
+                    event.query_class, cut_text(event.query_text, self._max_chars)
+                )
+                self._grow()
+                accepted = (*accepted[:5], klass, accepted[6])
+            reason = sessions.offer(accepted)
+            if reason is not None:
+                return self._reject(reason, event)
+            self.health.accepted += 1
+            if type(event) is QueryEvent:
+                klass = accepted[5]
+                counters = self.counters
+                counters.queries[klass] += 1
+                results = len(event.result_ids)
+                counters.result_impressions[klass] += results
+                count = event.result_count
+                zero = (count == 0) if count is not None else (results == 0 and event.results_known)
+                if zero:
+                    counters.zero_result_queries[klass] += 1
+                if self.lists is not None:
+                    self.lists.searched(
+                        klass, accepted[0], event.query_id, event.query_text, accepted[3], zero
+                    )
+                if event.latency_ms is not None:
+                    sessions.count_latency(klass, event.latency_ms / 1000.0)
+                text = event.query_text
+                if len(text) > self._max_chars:
+                    text = cut_text(text, self._max_chars)
+                if event.results_known:
+                    self._join_live(klass, accepted[0], text, event.result_ids)
+                else:  # its impressions will say what was shown
+                    sessions.await_impressions(event.query_id, text)
+            return None
         except Exception as error:  # one message never stops the pipeline
-            return self._unprocessable(error, accepted)
+            return self._unprocessable(error, before)
 
     def _unprocessable(self, error: Exception, accepted: int) -> Rejection:
         """A message some step failed on: counted once, as rejected (not also as accepted,
@@ -231,57 +276,6 @@ class Pipeline:
             log.error("a message made the pipeline fail; rejected as unprocessable",
                       exc_info=error)
         return Rejection(Reason.UNPROCESSABLE, f"{type(error).__name__}: {error}"[:300])
-
-    def _admit(self, read: Read) -> Rejection | None:
-        if type(read) is JudgedMessage:
-            if read.time > self.sessions.horizon:  # it would move the offline clock ahead
-                self.health.rejected[Reason.FUTURE_TIMESTAMP] += 1
-                return self._future(read.event["timestamp"])
-            self.health.judged_messages += 1
-            if self.forwarding:
-                self.forwarded.append(read)
-            else:
-                self._apply(read)
-            return None
-        accepted, event = read
-        sessions = self.sessions
-        if accepted[5] == NEW and type(event) is QueryEvent:
-            reason = sessions.refuses(accepted)
-            if reason is not None:
-                return self._reject(reason, event)
-            klass = self.classes.classify(
-                event.query_class, cut_text(event.query_text, self._max_chars)
-            )
-            self._grow()
-            accepted = (*accepted[:5], klass, accepted[6])
-        reason = sessions.offer(accepted)
-        if reason is not None:
-            return self._reject(reason, event)
-        self.health.accepted += 1
-        if type(event) is QueryEvent:
-            klass = accepted[5]
-            counters = self.counters
-            counters.queries[klass] += 1
-            results = len(event.result_ids)
-            counters.result_impressions[klass] += results
-            count = event.result_count
-            zero = (count == 0) if count is not None else (results == 0 and event.results_known)
-            if zero:
-                counters.zero_result_queries[klass] += 1
-            if self.lists is not None:
-                self.lists.searched(
-                    klass, accepted[0], event.query_id, event.query_text, accepted[3], zero
-                )
-            if event.latency_ms is not None:
-                sessions.count_latency(klass, event.latency_ms / 1000.0)
-            if event.results_known:
-                self._join_live(klass, accepted[0], cut_text(event.query_text, self._max_chars),
-                                event.result_ids)
-            else:  # its impressions will say what was shown
-                sessions.await_impressions(
-                    event.query_id, cut_text(event.query_text, self._max_chars)
-                )
-        return None
 
     def _join_live(self, klass: int, time: float, text: str, results: list[str]) -> None:
         """A live query's served list, for the qrels join (here or where it is held)."""

@@ -90,6 +90,7 @@ class NativeDecoder:
 
     def __init__(self, config: Config) -> None:
         self.timestamps = Timestamps(zone(config.input.naive_timezone))
+        self._read_stamp = self.timestamps.read
         self.max_labels = config.offline.max_labels
         self.max_chars = config.input.max_query_chars
 
@@ -103,10 +104,10 @@ class NativeDecoder:
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._validated(data)
         stamp = event.timestamp
-        time = stamp / 1000.0 if type(stamp) is int else self.timestamps.read(stamp)
-        if type(time) is Rejection:
-            return time
-        return time, event
+        if type(stamp) is int:  # in range: msgspec checked it
+            return stamp / 1000.0, event
+        time = self._read_stamp(stamp)
+        return time if type(time) is Rejection else (time, event)
 
     def _validated(self, data: bytes) -> Decoded | JudgedMessage | Rejection | None:
         try:

@@ -38,14 +38,13 @@ class Timestamps:
 
     def read(self, stamp: int | str) -> float | Rejection:
         """Epoch seconds of ``stamp``, or the rejection of a malformed or naive one."""
-        if type(stamp) is int:
-            if 0 <= stamp <= MAX_EPOCH_MS:
+        if type(stamp) is not str:
+            if type(stamp) is int and 0 <= stamp <= MAX_EPOCH_MS:
                 return stamp / 1000.0
-            return Rejection(Reason.SCHEMA, "timestamp: epoch milliseconds out of range")
-        if not isinstance(stamp, str):
-            return Rejection(
-                Reason.SCHEMA, "timestamp: expected an ISO 8601 string or epoch milliseconds"
-            )
+            return Rejection(Reason.SCHEMA, (
+                "timestamp: epoch milliseconds out of range" if type(stamp) is int
+                else "timestamp: expected an ISO 8601 string or epoch milliseconds"
+            ))
         if len(stamp) == 24 and stamp[23] == "Z" and stamp[4:20:3] == "--T::.":
             millis = stamp[20:23]
             if millis.isdigit() and millis.isascii():
