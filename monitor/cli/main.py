@@ -6,13 +6,20 @@ import argparse
 import logging
 import mmap
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from monitor.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    load,
+    setup_logging,
+    wait_for_signal,
+)
 from monitor.offline.evaluate import evaluate
 from monitor.offline.report import (
     Named,
@@ -25,21 +32,26 @@ from monitor.offline.spec import INT64_MAX, INT64_MIN, MeasureNameError, parse_n
 from monitor.offline.trec import Data, Qrels, Run, TrecFormatError, parse_qrels, parse_run
 
 if TYPE_CHECKING:
-    from monitor.config import Config
-    from monitor.logs import Level
+    pass
 
 # Each command imports what it needs when it runs: `searchmon eval` is a short-lived process
 # whose start-up time counts, and it needs neither pydantic nor prometheus_client.
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 
 DEFAULT_EVAL_MEASURES = ("P@5", "P@10", "R@100", "AP", "nDCG", "nDCG@10", "RR", "Rprec", "bpref")
 
 
-class UsageError(Exception):
-    """Bad arguments, configuration or input file: reported on one line, exit code 2."""
+def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
+    """The handler of ``monitor.cli.<command>``, imported when that command runs."""
+    def handler(args: argparse.Namespace) -> int:
+        import importlib
+
+        run: Callable[[argparse.Namespace], int] = importlib.import_module(
+            f"monitor.cli.{command}"
+        ).command
+        return run(args)
+
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,7 +151,7 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         help="keep serving the status page (/), /queries and /metrics on [http] listen "
         "afterwards, until interrupted",
     )
-    rp.set_defaults(handler=_replay)
+    rp.set_defaults(handler=_lazy("replay"))
 
     tp = commands.add_parser(
         "top", help="the query lists in the terminal, from a running daemon or a replay report",
@@ -158,7 +170,7 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     tp.add_argument("--list", dest="list_name",
                     help="searches, zero_results, no_clicks, low_ctr or worsened")
     tp.add_argument("--rows", type=int, default=10, help="rows per list (default 10)")
-    tp.set_defaults(handler=_top)
+    tp.set_defaults(handler=_lazy("top"))
 
     rn = commands.add_parser(
         "run", parents=[logging_options],
@@ -242,7 +254,7 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     gen.add_argument("--kafka", metavar="BOOTSTRAP", help="produce to Kafka instead (host:port)")
     gen.add_argument("--topic", default="search-events")
     gen.add_argument("--judgments-topic", default="search-judgments")
-    gen.set_defaults(handler=_generate)
+    gen.set_defaults(handler=_lazy("generate"))
     return parser
 
 
@@ -324,155 +336,12 @@ def _keep_freed_memory() -> None:
     mallopt(_M_TRIM_THRESHOLD, 1 << 30)
 
 
-def _load(path: Path | None) -> Config:
-    from monitor.config import ConfigError, load_config
-
-    try:
-        return load_config(path)
-    except ConfigError as error:
-        raise UsageError("invalid configuration " + str(error)) from None
-
-
-def _replay(args: argparse.Namespace) -> int:
-    import ssl
-
-    from monitor.cli.replay import replay_files
-    from monitor.core.export import export
-    from monitor.core.pipeline import RejectionLog
-    from monitor.run.tuning import tune_for_throughput
-    from monitor.serve.page import Status
-    from monitor.serve.queries import query_state
-    from monitor.serve.report import format_json as format_replay_json
-    from monitor.serve.report import format_table, report
-    from monitor.serve.routes import serve
-
-    config = _load(args.config)
-    _logging(args, "info", config)
-    rejections = RejectionLog(config.input.rejection_log_limit)
-    tune_for_throughput()
-    for path in [*args.events, *args.judgments]:
-        if not os.access(path, os.R_OK) or path.is_dir():
-            raise UsageError(f"cannot read {path}: not a readable file")
-    try:
-        pipeline = replay_files(config, args.events, args.judgments, rejections)
-    except OSError as error:
-        raise UsageError(f"cannot read {error.filename}: {error.strerror or error}") from None
-    result = report(pipeline)
-    sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
-    sys.stdout.flush()
-    if args.serve:
-        figures = export(pipeline)
-        state = query_state([pipeline], pipeline, config)
-        status = Status(lambda: figures, lambda: result["queries"], lambda: state)
-        try:
-            server = serve(config.http, status)
-        except (OSError, ssl.SSLError) as error:
-            raise UsageError(f"cannot listen on {config.http.listen}: {error}") from None
-        scheme = "https" if config.http.tls_certfile else "http"
-        print(f"serving {scheme}://{config.http.listen}/ (status page), /queries and /metrics "
-              "(Ctrl-C to stop)", file=sys.stderr)
-        try:
-            _wait_for_signal()
-        finally:
-            server.close()
-    return EXIT_OK
-
-
-def _top(args: argparse.Namespace) -> int:
-    import json
-    from urllib.parse import urlencode
-
-    from pydantic import ValidationError
-
-    from monitor.core.snapshots import StateError
-    from monitor.serve.queries import (
-        STATE,
-        FilterError,
-        format_lists,
-        merge_replicas,
-        printable,
-        report_of,
-        select,
-    )
-
-    filters = {"class": args.query_class, "window": args.window, "list": args.list_name}
-    if args.url is not None and len(args.url) == 1:
-        asked = urlencode({k: v for k, v in filters.items() if v is not None})
-        url = args.url[0]
-        try:
-            report = json.loads(_fetch(url, "/queries" + ("?" + asked if asked else "")))
-        except ValueError:
-            raise UsageError(f"{url}: not a searchmon endpoint (its /queries is not JSON)"
-                             ) from None
-    else:
-        if args.url is not None:  # replicas: their summaries merge as the partitions' did
-            try:
-                unfiltered = report_of(merge_replicas([
-                    STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
-                ]))
-            except (ValidationError, StateError) as error:
-                raise UsageError("cannot merge the replicas' query lists: "
-                                 + printable(str(error))) from None
-        else:
-            unfiltered = _replay_queries(args.report)
-        try:
-            report = select(unfiltered, filters["class"], filters["window"], filters["list"])
-        except FilterError as error:
-            raise UsageError(str(error)) from None
-    sys.stdout.write(format_lists(report, max(args.rows, 1)))
-    return EXIT_OK
-
-
-def _replay_queries(path: Path) -> dict[str, Any]:
-    """The ``queries`` of a ``replay --report json`` output (``-``: standard input)."""
-    import json
-
-    try:
-        document = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
-    except OSError as error:
-        raise UsageError(f"cannot read {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise UsageError(f"{path}: not JSON ({error})") from None
-    if not isinstance(document, dict) or not isinstance(document.get("queries"), dict):
-        raise UsageError(f"{path}: not a replay --report json output (no queries)")
-    queries: dict[str, Any] = document["queries"]
-    return queries
-
-
-def _fetch(base: str, path: str) -> bytes:
-    """The body of ``base + path`` (no proxy: the endpoints are the operator's own)."""
-    import urllib.error
-    import urllib.request
-
-    url = base.rstrip("/") + path
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=30) as answer:
-            body: bytes = answer.read()
-            return body
-    except urllib.error.HTTPError as error:
-        from monitor.serve.queries import printable  # the answer is anybody's text
-
-        raise UsageError(
-            f"{url}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
-        ) from None
-    except (urllib.error.URLError, OSError) as error:
-        raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
-
-
-def _wait_for_signal() -> None:
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
-
-
 def _run(args: argparse.Namespace) -> int:
     from monitor.run.daemon import Daemon, StartError  # kafka-python loads only for the daemon
     from monitor.run.tuning import tune_for_throughput
 
-    config = _load(args.config)
-    _logging(args, "info", config)
+    config = load(args.config)
+    setup_logging(args, "info", config)
     tune_for_throughput()  # kafka-python's records, as the pipeline's events
     try:
         daemon = Daemon(config, discard_checkpoint=args.discard_checkpoint)
@@ -502,7 +371,7 @@ def _check_config(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from monitor.cli.demo import run_demo  # the broker and kafka-python load only for the demo
 
-    _logging(args, "warning")
+    setup_logging(args, "warning")
     logging.getLogger("kafka").setLevel(logging.ERROR)  # its notices would cut the live view
     return run_demo(
         listen=args.listen, accelerate=args.accelerate,
@@ -512,20 +381,11 @@ def _demo(args: argparse.Namespace) -> int:
     )
 
 
-def _logging(args: argparse.Namespace, default: Level, config: Config | None = None) -> None:
-    """Logging as the arguments say; the secrets of ``config`` are masked in every line."""
-    from monitor.config import secret_values
-    from monitor.logs import setup
-
-    setup(args.log_level or default, args.log_format, args.log_unsafe,
-          secrets=secret_values(config) if config is not None else ())
-
-
 def _broker(args: argparse.Namespace) -> int:
     from monitor.cli.broker import Broker
 
-    config = _load(args.config)
-    _logging(args, "info", config)
+    config = load(args.config)
+    setup_logging(args, "info", config)
     host, _, port = args.listen.rpartition(":")
     if host != "127.0.0.1" or not port.isdigit():
         raise UsageError("--listen: expected 127.0.0.1:PORT (the broker is for this machine)")
@@ -542,43 +402,9 @@ def _broker(args: argparse.Namespace) -> int:
         print(f"searchmon broker: listening on {broker.address}, topics "
               + ", ".join(f"{name} ({count})" for name, count in topics.items())
               + "; Ctrl-C to stop (it keeps nothing)", file=sys.stderr, flush=True)
-        _wait_for_signal()
+        wait_for_signal()
     finally:
         broker.stop()
-    return EXIT_OK
-
-
-def _generate(args: argparse.Namespace) -> int:
-    from monitor.inputs.generate import Regression, Traffic, World, messages
-
-    world = World.build(args.seed)
-    start = Traffic().start
-    traffic = Traffic(
-        seed=args.seed, start=start, sessions_per_second=args.sessions_per_second,
-        duration=args.duration, malformed_rate=args.malformed_rate,
-        duplicate_rate=args.duplicate_rate, judged_every=args.judged_every,
-        judged_queries=args.judged_queries, qrels=args.qrels,
-        regression=(Regression(args.regression_class, start + args.regression_after)
-                    if args.regression_class else None),
-    )
-    stream = messages(world, traffic)
-    if args.kafka:
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=args.kafka, linger_ms=20)
-        for message in stream:
-            topic = args.judgments_topic if message.judged else args.topic
-            producer.send(topic, key=message.key.encode(), value=message.line)
-        producer.flush()
-        producer.close()
-        return EXIT_OK
-    out = args.output.open("wb") if args.output else sys.stdout.buffer
-    try:
-        for message in stream:
-            out.write(message.line + b"\n")
-    finally:
-        if args.output:
-            out.close()
     return EXIT_OK
 
 

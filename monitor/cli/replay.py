@@ -3,9 +3,13 @@ time order, then the judgment files."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import sys
 from pathlib import Path
 
+from monitor.cli.common import EXIT_OK, UsageError, load, setup_logging, wait_for_signal
 from monitor.config import Config
 from monitor.core.admission import OutOfOrder, feed
 from monitor.core.pipeline import Pipeline, RejectionLog
@@ -54,3 +58,47 @@ def replay_files(
         pipeline.offline_tick(pipeline.sessions.newest, True)
     pipeline.close()
     return pipeline
+
+
+def command(args: argparse.Namespace) -> int:
+    import ssl
+
+    from monitor.core.export import export
+    from monitor.core.pipeline import RejectionLog
+    from monitor.run.tuning import tune_for_throughput
+    from monitor.serve.page import Status
+    from monitor.serve.queries import query_state
+    from monitor.serve.report import format_json as format_replay_json
+    from monitor.serve.report import format_table, report
+    from monitor.serve.routes import serve
+
+    config = load(args.config)
+    setup_logging(args, "info", config)
+    rejections = RejectionLog(config.input.rejection_log_limit)
+    tune_for_throughput()
+    for path in [*args.events, *args.judgments]:
+        if not os.access(path, os.R_OK) or path.is_dir():
+            raise UsageError(f"cannot read {path}: not a readable file")
+    try:
+        pipeline = replay_files(config, args.events, args.judgments, rejections)
+    except OSError as error:
+        raise UsageError(f"cannot read {error.filename}: {error.strerror or error}") from None
+    result = report(pipeline)
+    sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
+    sys.stdout.flush()
+    if args.serve:
+        figures = export(pipeline)
+        state = query_state([pipeline], pipeline, config)
+        status = Status(lambda: figures, lambda: result["queries"], lambda: state)
+        try:
+            server = serve(config.http, status)
+        except (OSError, ssl.SSLError) as error:
+            raise UsageError(f"cannot listen on {config.http.listen}: {error}") from None
+        scheme = "https" if config.http.tls_certfile else "http"
+        print(f"serving {scheme}://{config.http.listen}/ (status page), /queries and /metrics "
+              "(Ctrl-C to stop)", file=sys.stderr)
+        try:
+            wait_for_signal()
+        finally:
+            server.close()
+    return EXIT_OK

@@ -1,0 +1,47 @@
+"""What the commands share: exit codes, the usage error, loading the configuration,
+logging as the arguments say, waiting for a signal."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from monitor.config import Config
+    from monitor.logs import Level
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad arguments, configuration or input file: reported on one line, exit code 2."""
+
+
+def load(path: Path | None) -> Config:
+    from monitor.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as error:
+        raise UsageError("invalid configuration " + str(error)) from None
+
+
+def setup_logging(args: argparse.Namespace, default: Level, config: Config | None = None) -> None:
+    """Logging as the arguments say; the secrets of ``config`` are masked in every line."""
+    from monitor.config import secret_values
+    from monitor.logs import setup
+
+    setup(args.log_level or default, args.log_format, args.log_unsafe,
+          secrets=secret_values(config) if config is not None else ())
+
+
+def wait_for_signal() -> None:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()

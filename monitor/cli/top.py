@@ -1,0 +1,93 @@
+"""``searchmon top``: the query lists of a daemon, of replicas merged, or of a replay report,
+printed for a terminal (control characters shown escaped)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from monitor.cli.common import EXIT_OK, UsageError
+
+
+def command(args: argparse.Namespace) -> int:
+    import json
+    from urllib.parse import urlencode
+
+    from pydantic import ValidationError
+
+    from monitor.core.snapshots import StateError
+    from monitor.serve.queries import (
+        STATE,
+        FilterError,
+        format_lists,
+        merge_replicas,
+        printable,
+        report_of,
+        select,
+    )
+
+    filters = {"class": args.query_class, "window": args.window, "list": args.list_name}
+    if args.url is not None and len(args.url) == 1:
+        asked = urlencode({k: v for k, v in filters.items() if v is not None})
+        url = args.url[0]
+        try:
+            report = json.loads(_fetch(url, "/queries" + ("?" + asked if asked else "")))
+        except ValueError:
+            raise UsageError(f"{url}: not a searchmon endpoint (its /queries is not JSON)"
+                             ) from None
+    else:
+        if args.url is not None:  # replicas: their summaries merge as the partitions' did
+            try:
+                unfiltered = report_of(merge_replicas([
+                    STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
+                ]))
+            except (ValidationError, StateError) as error:
+                raise UsageError("cannot merge the replicas' query lists: "
+                                 + printable(str(error))) from None
+        else:
+            unfiltered = _replay_queries(args.report)
+        try:
+            report = select(unfiltered, filters["class"], filters["window"], filters["list"])
+        except FilterError as error:
+            raise UsageError(str(error)) from None
+    sys.stdout.write(format_lists(report, max(args.rows, 1)))
+    return EXIT_OK
+
+
+def _replay_queries(path: Path) -> dict[str, Any]:
+    """The ``queries`` of a ``replay --report json`` output (``-``: standard input)."""
+    import json
+
+    try:
+        document = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise UsageError(f"{path}: not JSON ({error})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("queries"), dict):
+        raise UsageError(f"{path}: not a replay --report json output (no queries)")
+    queries: dict[str, Any] = document["queries"]
+    return queries
+
+
+def _fetch(base: str, path: str) -> bytes:
+    """The body of ``base + path`` (no proxy: the endpoints are the operator's own)."""
+    import urllib.error
+    import urllib.request
+
+    url = base.rstrip("/") + path
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=30) as answer:
+            body: bytes = answer.read()
+            return body
+    except urllib.error.HTTPError as error:
+        from monitor.serve.queries import printable  # the answer is anybody's text
+
+        raise UsageError(
+            f"{url}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
+        ) from None
+    except (urllib.error.URLError, OSError) as error:
+        raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
