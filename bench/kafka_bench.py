@@ -34,8 +34,8 @@ from pathlib import Path
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from monitor.cli.broker import FAST_GROUP, Broker, free_port
 from monitor.inputs.generate import Traffic, World, events
-from tests.broker import FAST_GROUP, Broker, free_port
 
 TOPIC = "search-events"
 

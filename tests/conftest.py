@@ -1,32 +1,18 @@
-"""Shared fixtures and paths for the test suite."""
+"""The tiers are folders: each test is marked with the tier it is in (unit, integration or
+deploy), so that ``-m`` can select across them."""
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from monitor.cli.broker import Broker
-
-DATA = Path(__file__).parent / "data"
-
-
-def load_script(path: Path, name: str) -> ModuleType:
-    """A script of the repository (not a package module), imported as ``name``."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+TIERS = ("unit", "integration", "deploy")
+HERE = Path(__file__).parent
 
 
-@pytest.fixture(scope="session")
-def broker() -> Iterator[Broker]:
-    """One local Kafka-protocol broker for the whole run (tests that stop a broker start one
-    of their own). Tests keep out of each other's way by topic and group names."""
-    running = Broker().start()
-    yield running
-    running.stop()
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.relative_to(HERE).parts[0]
+        if tier in TIERS:
+            item.add_marker(tier)

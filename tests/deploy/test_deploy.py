@@ -24,11 +24,9 @@ import yaml
 
 from monitor.cli.broker import FAST_GROUP, Broker, free_port
 from monitor.inputs.generate import Regression, Traffic, World, events
-from tests.conftest import load_script
-from tests.test_exposition import get
+from tests.support.files import DEPLOY, ROOT, load_script
+from tests.support.http import get
 
-ROOT = Path(__file__).parent.parent
-DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "searchmon.rules.yml"
 
 

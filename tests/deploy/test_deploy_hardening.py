@@ -26,10 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import load_script
+from tests.support.files import DEPLOY, ROOT, load_script
 
-ROOT = Path(__file__).parent.parent
-DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 UNIT = DEPLOY / "systemd" / "searchmon.service"
 SASL_DROP_IN = DEPLOY / "systemd" / "searchmon.service.d" / "kafka-sasl.conf"

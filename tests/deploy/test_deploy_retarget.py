@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+from tests.support.files import DEPLOY
 
 
 def test_retargeted_rules_and_dashboard_select_the_new_targets(tmp_path: Path) -> None:

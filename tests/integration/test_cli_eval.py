@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA
+from tests.support.files import DATA
 
 QRELS, RUN = str(DATA / "qrels.test"), str(DATA / "results.test")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from kafka.admin import KafkaAdminClient
 
 from monitor import __version__
-from tests.broker import free_port
-from tests.events import query
+from tests.support.broker import free_port
+from tests.support.events import query
 
 SEARCHMON = [sys.executable, "-m", "monitor"]
 

@@ -7,13 +7,10 @@ import contextlib
 import json
 import os
 import random
-import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +24,17 @@ from monitor.core.pipeline import Pipeline
 from monitor.inputs.generate import Traffic, World, events
 from monitor.inputs.kafka import _highwater, _if_assigned
 from monitor.serve.queries import query_report
-from tests.broker import FAST_GROUP, Broker, free_port
-from tests.test_exposition import get
-
-EVENTS, DEAD = "search-events", "search-dead-letters"
+from tests.support.broker import FAST_GROUP, Broker, free_port
+from tests.support.daemon import (
+    DEAD,
+    EVENTS,
+    children,
+    log_of,
+    start_daemon,
+    wait_for_log,
+    wait_until_read,
+)
+from tests.support.http import get, scrape
 
 
 @pytest.fixture(scope="module")
@@ -71,73 +75,6 @@ def expected(partitions: list[list[bytes]]) -> list[Pipeline]:
             pipeline.feed(message)
         pipelines.append(pipeline)
     return pipelines
-
-
-def start_daemon(
-    tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = "",
-    fast_group: bool = True, options: tuple[str, ...] = (), state_dir: Path | None = None,
-) -> subprocess.Popen[str]:
-    """``searchmon run`` with its configuration and state in ``tmp``; ``kafka`` and ``state``
-    are more lines for those sections; ``fast_group``: the short group timings of the local
-    broker (else the defaults)."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    config = tmp / "searchmon.toml"
-    timings = FAST_GROUP if fast_group else {}
-    config.write_text(
-        f'[kafka]\nbootstrap_servers = ["{broker.address}"]\ngroup_id = "{group}"\n'
-        f'dead_letter_topic = "{DEAD}"\n{kafka}'
-        + "".join(f"{k} = {v}\n" for k, v in timings.items())
-        + f'[http]\nlisten = "127.0.0.1:{port}"\n'
-        f'[state]\ndir = "{state_dir or tmp / "state"}"\ncheckpoint_interval = "500ms"\n{state}'
-    )
-    with (tmp / "daemon.log").open("a") as log:  # a file: a pipe nobody reads fills up
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor", "run", "--config", str(config), *options],
-            stdout=subprocess.DEVNULL, stderr=log, text=True,
-        )
-
-
-def log_of(tmp: Path) -> str:
-    """What the daemons started in ``tmp`` wrote to stderr."""
-    return (tmp / "daemon.log").read_text()
-
-
-@pytest.fixture(autouse=True)
-def daemon_logs(tmp_path: Path) -> Iterator[None]:
-    """The end of every daemon's log, printed after each test: pytest shows it when the test
-    fails."""
-    yield
-    for log in sorted(tmp_path.rglob("daemon.log")):
-        print(f"--- {log.relative_to(tmp_path)}, last 80 lines:")
-        print("\n".join(log.read_text().splitlines()[-80:]))
-
-
-def samples(exposition: str) -> dict[str, float]:
-    """``name{labels}`` -> value of every sample line of a text exposition."""
-    values = {}
-    for line in exposition.splitlines():
-        match = re.match(r"^([a-z_:]+(?:\{[^}]*\})?) (\S+)$", line)
-        if match:
-            values[match[1]] = float(match[2])
-    return values
-
-
-def scrape(port: int) -> dict[str, float]:
-    try:
-        status, body = get(f"http://127.0.0.1:{port}/metrics")
-    except OSError:
-        return {}
-    return samples(body) if status == 200 else {}
-
-
-def wait_until_read(port: int, total: int, seconds: float = 120) -> dict[str, float]:
-    deadline = time.monotonic() + seconds
-    while True:
-        values = scrape(port)
-        if values.get("searchmon_events_read_total") == total:
-            return values
-        assert time.monotonic() < deadline, f"read {values.get('searchmon_events_read_total')}"
-        time.sleep(0.3)
 
 
 def online_counts(values: dict[str, float]) -> dict[str, float]:
@@ -314,19 +251,6 @@ def test_kill_9_after_each_part_of_the_stream(tmp_path: Path, broker: Broker) ->
     finish_and_compare(tmp_path, broker, group, topic, kafka, seen)
 
 
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (the daemon's worker)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_kill_9_in_the_middle_of_checkpoint_writes(tmp_path: Path, broker: Broker) -> None:
     """A partition's checkpoint write that never ends: its temporary file is a named pipe,
     so the worker blocks in the middle of the checkpoint (partitions sorted before it are
@@ -362,14 +286,6 @@ def test_kill_9_in_the_middle_of_checkpoint_writes(tmp_path: Path, broker: Broke
         torn.write_bytes((checkpoints / f"{topic}-{partition}.ckpt").read_bytes()[:1000])
     broker.produce(topic, parts[1][len(parts[1]) // 2:] + parts[2])
     finish_and_compare(tmp_path, broker, group, topic, kafka, seen)
-
-
-def wait_for_log(tmp: Path, daemon: subprocess.Popen[str], text: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while text not in log_of(tmp):
-        assert daemon.poll() is None, f"the daemon ended ({daemon.returncode})"
-        assert time.monotonic() < deadline, f"no {text!r} within {seconds} s"
-        time.sleep(0.1)
 
 
 def test_a_restart_over_hours_of_state_takes_its_partitions_back(
@@ -810,28 +726,11 @@ def test_what_an_operator_reads_versions_process_liveness_and_json_logs(
     assert any("ops-judgments has 2 partitions" in r["message"] for r in records)
 
 
-def test_livez_fails_when_the_loop_stalls_or_makes_no_progress_while_behind(
-    tmp_path: Path,
-) -> None:
-    from monitor.run.daemon import NO_PROGRESS, STALLED, Daemon
-
-    daemon = Daemon(Config.model_validate({"state": {"dir": str(tmp_path)}}))
-    assert daemon._not_alive() is None
-    daemon.lag[("search-events", 0)] = 0
-    daemon.progressed -= 10 * NO_PROGRESS
-    assert daemon._not_alive() is None, "nothing to read is no lack of progress"
-    daemon.lag[("search-events", 0)] = 5
-    assert "5 messages behind and none processed" in (daemon._not_alive() or "")
-    daemon.progressed = time.monotonic()
-    daemon.turned -= STALLED + 1
-    assert "has not turned" in (daemon._not_alive() or "")
-
-
 def test_no_single_message_stops_the_daemon(tmp_path: Path, broker: Broker) -> None:
     """Invalid UTF-8, nesting thousands deep, megabyte texts and too many labels, between
     good messages of one partition: the daemon stays up, counts every good message, and
     rejects and dead-letters each bad one with its reason."""
-    from tests.test_one_message import ADVERSARIAL, good_traffic
+    from tests.support.adversarial import ADVERSARIAL, good_traffic
 
     topic, judgments = f"ev-{uuid.uuid4().hex[:8]}", f"ju-{uuid.uuid4().hex[:8]}"
     broker.create_topics({topic: 1, judgments: 1})

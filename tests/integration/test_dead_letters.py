@@ -11,7 +11,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,73 +24,18 @@ from kafka.structs import TopicPartition
 from monitor.config import Config, KafkaConfig
 from monitor.inputs.kafka import (
     MAX_COPY_BYTES,
-    DeadLetter,
     KafkaSource,
     RebalanceFence,
     Records,
-    _record_size,
-    fitted,
 )
-from tests.broker import FAST_GROUP, Broker, free_port
-from tests.test_daemon import DEAD, log_of, scrape, start_daemon
+from tests.support.broker import FAST_GROUP, Broker, free_port
+from tests.support.daemon import DEAD, log_of, start_daemon
+from tests.support.http import scrape
 
 BIG = 1_048_400
 """An invalid message under the broker's limit whose copy, with its headers, is over the
 producer's ``max_request_size`` (1048576). (The 1,048,000 bytes reported are over it with a
 detail of some 500 bytes; the daemon's ``invalid_json`` detail is 47.)"""
-
-HEADERS = (("searchmon.reason", b"invalid_json"), ("searchmon.detail", b"d" * 500),
-           ("searchmon.source.topic", b"t"), ("searchmon.source.partition", b"0"),
-           ("searchmon.source.offset", b"7"))
-
-
-@pytest.fixture(autouse=True)
-def daemon_logs(tmp_path: Path) -> Iterator[None]:
-    """The end of every daemon's log, shown by pytest when the test fails."""
-    yield
-    for log in sorted(tmp_path.rglob("daemon.log")):
-        print(f"--- {log.relative_to(tmp_path)}, last 80 lines:")
-        print("\n".join(log.read_text().splitlines()[-80:]))
-
-
-# --- fitting a copy: plain values ------------------------------------------------------------
-
-@pytest.mark.parametrize(("key", "value", "limit", "cut"), [
-    (b"k", b"v" * 100, MAX_COPY_BYTES, False),   # fits: unchanged
-    (None, b"v" * BIG, MAX_COPY_BYTES, True),    # the reported case
-    (b"k" * 10, b"v" * BIG, 5000, True),         # a lower limit
-    (b"k" * 4000, b"v" * 100, 3000, True),       # the key alone is too large: cut too
-    (b"k" * 10, b"v" * 100, 0, True),            # replaced: headers only
-    (None, None, 0, True),                       # a tombstone replaced
-])
-def test_a_copy_is_cut_to_fit_keeping_its_headers_and_a_digest(
-    key: bytes | None, value: bytes | None, limit: int, cut: bool
-) -> None:
-    letter = DeadLetter(key, value, HEADERS, "t/0@7")
-    out = fitted(letter, limit)
-    assert out.cut is cut
-    if not cut:
-        assert out == letter
-        return
-    headers = dict(out.headers)
-    assert out.headers[:len(HEADERS)] == HEADERS, "the origin headers stay, in their order"
-    assert headers["searchmon.truncated"] == str(len(value or b"")).encode()
-    assert headers["searchmon.sha256"] == hashlib.sha256(value or b"").hexdigest().encode()
-    assert (value or b"").startswith(out.value or b"")
-    assert out.key is None or (key or b"").startswith(out.key)
-    if out.key != key:
-        assert headers["searchmon.key.truncated"] == str(len(key or b"")).encode()
-        assert headers["searchmon.key.sha256"] == hashlib.sha256(key or b"").hexdigest().encode()
-    if limit:
-        assert _record_size(out.key, out.value, out.headers) <= limit
-        # about as much as fits (a cut may shorten length prefixes: a few bytes to spare)
-        assert _record_size(out.key, (out.value or b"") + b"v" * 8, out.headers) > limit
-    else:
-        assert not out.value and not out.key
-    again = fitted(out, 0)  # a cut copy refused again keeps its first digest
-    assert dict(again.headers)["searchmon.sha256"] == headers["searchmon.sha256"]
-    assert len(again.headers) == len(out.headers) + (2 if key and "searchmon.key.sha256"
-                                                     not in headers else 0)
 
 
 # --- the source against a real broker --------------------------------------------------------

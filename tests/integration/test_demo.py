@@ -9,14 +9,11 @@ import shlex
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from monitor.cli.broker import free_port
-from tests.test_daemon import scrape
-from tests.test_exposition import get
-
-ROOT = Path(__file__).parent.parent
+from tests.support.files import ROOT
+from tests.support.http import get, scrape
 
 
 def readme_command(marker: str) -> list[str]:

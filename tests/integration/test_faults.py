@@ -1,10 +1,9 @@
 """The daemon under faults: a second instance, a full or unwritable disk, SIGTERM while
-Kafka is unreachable, discarded checkpoints, secrets in DEBUG logs."""
+Kafka is unreachable, a frozen broker, topics created again. (Discarded checkpoints and
+secrets in DEBUG logs, which need no daemon: tests/unit/test_faults.py.)"""
 
 from __future__ import annotations
 
-import io
-import logging
 import signal
 import socket
 import subprocess
@@ -18,26 +17,11 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from monitor import logs
-from monitor.state.checkpoint import DirStore
-from tests.broker import Broker, free_port
-from tests.events import query
-from tests.test_daemon import (  # noqa: F401 (daemon_logs: the daemons' logs on failure)
-    EVENTS,
-    daemon_logs,
-    log_of,
-    scrape,
-    start_daemon,
-    wait_until_read,
-)
-from tests.test_exposition import get
-
-
-def wait_for(condition: object, what: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+from tests.support.broker import Broker, free_port
+from tests.support.daemon import EVENTS, log_of, start_daemon, wait_until_read
+from tests.support.events import query
+from tests.support.http import get, scrape
+from tests.support.wait import wait_for
 
 
 def stop(daemon: subprocess.Popen[str]) -> None:
@@ -216,43 +200,6 @@ def test_sigterm_while_kafka_does_not_answer_exits_promptly(tmp_path: Path) -> N
     assert daemon.returncode == 0, log_of(tmp_path)
 
 
-def test_every_discarded_checkpoint_is_kept(tmp_path: Path) -> None:
-    store = DirStore(tmp_path)
-    keys = {(EVENTS, p) for p in range(3)}
-    for key in keys:
-        store.path(key).parent.mkdir(parents=True, exist_ok=True)
-        store.path(key).write_bytes(b"garbage " + str(key).encode())
-    store.discard(keys)
-    store.discard(set())
-    for key in keys:
-        store.path(key).write_bytes(b"more garbage " + str(key).encode())
-    store.discard(keys)
-    kept = sorted(p.name for p in store.path((EVENTS, 0)).parent.iterdir())
-    assert len([name for name in kept if ".discarded" in name]) == 6, kept
-
-
-def test_secrets_stay_out_of_debug_logs() -> None:
-    from kafka.admin import KafkaAdminClient
-
-    logs.setup("debug")
-    stream = io.StringIO()
-    handler = logging.getLogger().handlers[0]
-    handler.setStream(stream)  # type: ignore[attr-defined]
-    try:
-        with pytest.raises(Exception):  # noqa: B017 (nobody listens: any failure will do)
-            KafkaAdminClient(
-                bootstrap_servers=f"127.0.0.1:{free_port()}", security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="PLAIN", sasl_plain_username="u",
-                sasl_plain_password="s3cret-value", ssl_keyfile="/etc/secret/key.pem",
-                request_timeout_ms=500, api_version_auto_timeout_ms=500,
-            )
-    finally:
-        logs.setup("info")
-    text = stream.getvalue()
-    assert "Starting KafkaAdminClient with configuration" in text
-    assert "s3cret-value" not in text and "/etc/secret/key.pem" not in text
-
-
 def recreate(broker: Broker, topic: str) -> None:
     """Delete ``topic`` and create it again, empty, with one partition."""
     admin = KafkaAdminClient(bootstrap_servers=broker.address)
@@ -330,7 +277,7 @@ def test_a_stalled_batch_is_reported_and_sigterm_stops_the_state_process_with_it
     the regular expression engine, which holds the interpreter lock): the stall is logged
     with the partition and offset of that record, /readyz says so, and SIGTERM ends the
     daemon and its state process within seconds."""
-    from tests.test_daemon import children
+    from tests.support.daemon import children
 
     topic = f"stall-{uuid.uuid4().hex[:8]}"
     broker.create_topics({topic: 1})
@@ -368,7 +315,7 @@ def test_a_judgments_topic_recreated_while_read_is_read_again_from_its_start(
     skipped)."""
     import json
 
-    from tests.events import stamp
+    from tests.support.events import stamp
 
     topic = f"live-{uuid.uuid4().hex[:8]}"
     judgments = f"{topic}-judgments"

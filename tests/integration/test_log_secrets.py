@@ -4,9 +4,7 @@ password from the configuration file or the environment, text and JSON lines."""
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -20,11 +18,10 @@ import pytest
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from monitor import logs
-from tests.broker import FAST_GROUP, Broker, free_port
-from tests.events import query
-from tests.sasl_proxy import SaslProxy
-from tests.test_daemon import scrape
+from tests.support.broker import FAST_GROUP, Broker, free_port
+from tests.support.events import query
+from tests.support.http import scrape
+from tests.support.sasl_proxy import SaslProxy
 
 USER = "searchmon"
 PASSWORD = f"Pw-{uuid.uuid4().hex}"
@@ -146,38 +143,3 @@ def test_the_sasl_password_is_in_no_log_line_at_debug_level(
     assert not leaks, f"{len(leaks)} lines show the password, first: {leaks[0][:300]}"
 
 
-def test_every_spelling_of_a_configured_secret_is_masked() -> None:
-    """As it is, inside the repr of a str or of bytes, inside JSON, in an exception: a secret
-    with quotes, a backslash and a non-ASCII letter, whose spellings all differ."""
-    secret = f"q'u\"o\\té-{uuid.uuid4().hex}"
-    random_part = secret[-32:]
-    stream = io.StringIO()
-    logs.setup("debug", "json", secrets=[secret])
-    handler = logging.getLogger().handlers[0]
-    handler.setStream(stream)  # type: ignore[attr-defined]
-    log = logging.getLogger("searchmon.secrets-test")
-    try:
-        log.debug("as it is: %s", secret)
-        log.debug("Send: %r", b"\x00user\x00" + secret.encode())
-        log.debug("Request: %r", {"password": secret, "user": "u"})
-        log.info("document %s", json.dumps({"p": secret}))
-        log.info("document %s", json.dumps({"p": secret}, ensure_ascii=False))
-        try:
-            raise ValueError(f"bad login {secret!r}")
-        except ValueError:
-            log.exception("failed")
-        log.warning("%s", "not a %s format", "too many")  # unformattable: args not shown
-        protocol = [logging.getLogger(name).isEnabledFor(logging.DEBUG)
-                    for name in ("kafka.protocol.parser", "kafka.net.connection",
-                                 "kafka.net.sasl.plain", "kafka.conn")]
-        logs.setup("debug", "text", unsafe=True, secrets=[secret])
-        unsafe = logging.getLogger("kafka.protocol.parser").isEnabledFor(logging.DEBUG)
-    finally:
-        logs.setup("info")
-    lines = stream.getvalue().splitlines()
-    assert len(lines) == 7 and all(json.loads(line) for line in lines)
-    assert [random_part in line for line in lines] == [False] * 7, lines
-    assert "**********" in lines[1] and "user" in lines[1]
-    assert "ValueError" in json.loads(lines[5])["exception"]
-    assert protocol == [False] * 4, "kafka-python's protocol records stay out at debug"
-    assert unsafe and logging.getLogger("kafka").isEnabledFor(logging.DEBUG) is False

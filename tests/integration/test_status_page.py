@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from monitor.inputs.generate import Regression, Traffic, World, events
-from tests.broker import free_port
-from tests.events import T0, query
+from tests.support.broker import free_port
+from tests.support.events import T0, query
 
 SEARCHMON = [sys.executable, "-m", "monitor"]
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import ssl
 import subprocess
@@ -14,29 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import ConfigError, parse_config
-from tests.conftest import DATA
-from tests.test_exposition import free_port
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    binary = shutil.which("openssl")
-    assert binary is not None, "openssl is part of the machine's base system"
-    subprocess.run([binary, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def certificates(directory: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-            "ca.crt", "-days", "2", "-subj", "/CN=test-ca", cwd=directory)
-    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"),
-                            ("client", "extendedKeyUsage=clientAuth")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-                f"{name}.csr", "-subj", f"/CN={name}", cwd=directory)
-        (directory / f"{name}.ext").write_text(extension + "\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile",
-                f"{name}.ext", cwd=directory)
+from tests.support.broker import free_port
+from tests.support.files import DATA
+from tests.support.tls import certificates
 
 
 def test_metrics_over_mutual_tls(tmp_path: Path) -> None:
@@ -78,8 +57,3 @@ def test_metrics_over_mutual_tls(tmp_path: Path) -> None:
     assert process.returncode == 0, err
 
 
-def test_tls_settings_come_in_pairs() -> None:
-    with pytest.raises(ConfigError, match="tls_certfile and tls_keyfile go together"):
-        parse_config('[http]\ntls_certfile = "a.crt"\n')
-    with pytest.raises(ConfigError, match="needs tls_certfile"):
-        parse_config('[http]\ntls_client_cafile = "ca.crt"\n')

@@ -8,7 +8,7 @@ from monitor.config import Config, parse_config
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.serve.metrics import ExportCollector
-from tests.events import query
+from tests.support.events import query
 
 
 def label_values(pipeline: Pipeline) -> set[str]:

@@ -24,7 +24,7 @@ from monitor.state import codec
 from monitor.state.checkpoint import CheckpointError, DirStore, restore_unit
 from monitor.state.codec import UnitState
 from monitor.state.ledger import Ledger
-from tests.conftest import DATA
+from tests.support.files import DATA
 
 CUT = 24000
 FIXTURE = DATA / "checkpoint-v5.ckpt"

@@ -18,7 +18,7 @@ from monitor.core.pipeline import Pipeline, RejectionLog
 from monitor.inputs.events import Reason, Rejection
 from monitor.inputs.generate import Traffic, World, events
 from monitor.serve.report import report
-from tests.events import click, conversion, dwell, query
+from tests.support.events import click, conversion, dwell, query
 
 DEFAULT = Config()  # timeout 30 min, allowed lateness 2 min, success dwell 30 s
 TEN = 10 * 3600.0  # 10:00 after T0, so that the cases read as clock times

@@ -25,7 +25,7 @@ from monitor.inputs.events import (
     epoch_seconds,
 )
 from monitor.inputs.ubi import decode
-from tests.events import T0, click, query
+from tests.support.events import T0, click, query
 
 LIMIT = 1 << 20
 

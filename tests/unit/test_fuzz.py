@@ -15,7 +15,7 @@ from monitor.core.pipeline import Pipeline, RejectionLog
 from monitor.inputs.events import Reason
 from monitor.inputs.ubi import decode
 from monitor.serve.report import report
-from tests.events import click, conversion, query
+from tests.support.events import click, conversion, query
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -134,7 +134,7 @@ def context() -> list[bytes]:
 
 
 def replayed(lines: list[bytes], path: Path) -> tuple[Pipeline, dict[str, Any]]:
-    from tests.test_online import round_trip
+    from tests.support.checkpoints import round_trip
 
     path.write_bytes(b"\n".join(lines) + b"\n")
     pipeline = Pipeline(parse_config(""))

@@ -450,7 +450,7 @@ def certified(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with a CA, and a server certificate for 127.0.0.1 signed by it."""
     if shutil.which("openssl") is None:
         pytest.skip("makes certificates with openssl")
-    from tests.test_tls import certificates
+    from tests.support.tls import certificates
 
     directory = tmp_path_factory.mktemp("certificates")
     certificates(directory)
@@ -516,7 +516,7 @@ def test_every_answer_carries_the_security_headers() -> None:
     from monitor.core.pipeline import Pipeline
     from monitor.serve.page import Status
     from monitor.serve.queries import query_report, query_state
-    from tests.events import query
+    from tests.support.events import query
 
     config = Config()
     pipeline = Pipeline(config)

@@ -2,13 +2,11 @@
 that fails on one message are each rejected (or, for long texts, read in bounded time), and
 the other messages of the batch count exactly as without it. The daemon's per-record path
 (``PartitionStates.process``) and ``replay`` are both driven; the real daemon is in
-``test_daemon.py``."""
+``tests/integration/test_daemon.py``."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,68 +21,10 @@ from monitor.inputs.events import Reason, nested_deeper
 from monitor.inputs.files import sort_time
 from monitor.run.worker import PartitionStates
 from monitor.serve.report import report
-from tests.events import click, query
+from tests.support.adversarial import ADVERSARIAL, deep, deep_objects, good_traffic
+from tests.support.events import query
 
 KEY = ("search-events", 0)
-
-
-def good_traffic() -> list[bytes]:
-    lines = []
-    for i in range(30):
-        lines.append(query(f"g{i}", 20.0 * i, f"s{i % 6}", f"q{i}", klass="news"))
-        if i % 2:
-            lines.append(click(f"c{i}", 20.0 * i + 3, f"s{i % 6}", f"q{i}"))
-    return lines
-
-
-def deep(levels: int, opener: bytes = b"[", closer: bytes = b"]") -> bytes:
-    """A valid query with an unknown field nested ``levels`` deep."""
-    document = json.loads(query("deep", 100.0, "s-deep", "q-deep"))
-    inner = opener * levels + closer * levels
-    return json.dumps(document)[:-1].encode() + b', "extra": ' + inner + b"}"
-
-
-def deep_objects(levels: int) -> bytes:
-    document = json.loads(query("deepo", 100.0, "s-deep", "q-deep"))
-    inner = b'{"a":' * levels + b"1" + b"}" * levels
-    return json.dumps(document)[:-1].encode() + b', "extra": ' + inner + b"}"
-
-
-def invalid_utf8(field: str) -> bytes:
-    document = json.loads(query("bad-utf8", 100.0, "s-bad", "q-bad"))
-    document[field] = "@@"
-    return json.dumps(document).encode().replace(b"@@", b"caf\xc3\x28 \xff\xfe")
-
-
-ADVERSARIAL: list[tuple[str, bytes, str | None]] = [
-    ("invalid UTF-8 in query_text", invalid_utf8("query_text"), "invalid_json"),
-    ("invalid UTF-8 in event_id", invalid_utf8("event_id"), "invalid_json"),
-    ("invalid UTF-8, UBI", b'{"user_query": "\xff", "query_id": "u", "timestamp": 1}',
-     "invalid_json"),
-    ("invalid UTF-8, judgment", b'{"type": "judgment", "sample_id": "\xc0\xaf"}',
-     "invalid_json"),
-    ("lone surrogate escape", query("sur", 100.0, "s", "q").replace(b'"q"', b'"\\ud800"'),
-     "invalid_json"),
-    ("arrays 1,000 deep", deep(1000), "too_deep"),
-    ("arrays 65 deep", deep(65), "too_deep"),
-    ("arrays 60 deep", deep(60), None),
-    ("objects 1,000 deep", deep_objects(1000), "too_deep"),
-    ("objects 100,000 deep", deep_objects(100_000), "too_deep"),
-    ("UBI event 5,000 deep", b'{"action_name": "click", "x": ' + b"[" * 5000 + b"]" * 5000
-     + b"}", "too_deep"),
-    ("brackets inside a string", query("br", 100.0, "s-br", "q-br", text="[" * 5000),
-     None),
-    ("a 1 MB query text of e-mails", query(
-        "long", 100.0, "s-long", "q-long", text="a@" * 400_000 + "x@example.com"), None),
-    ("a 900 KB query text of digits", query(
-        "digits", 100.0, "s-dig", "q-dig", text="1 " * 450_000), None),
-    ("a 900 KB judged text", json.dumps({
-        "type": "qrels", "timestamp": 100_000, "query_text": "a." * 450_000,
-        "labels": {"d1": 1}}).encode(), None),
-    ("20,000 labels", json.dumps({
-        "type": "qrels", "timestamp": 100_000, "query_text": "many",
-        "labels": {f"d{i}": 1 for i in range(20_000)}}).encode(), "schema"),
-]
 
 
 def through_the_daemons_path(lines: list[bytes], tmp: Path) -> tuple[Pipeline, list[str]]:
@@ -218,26 +158,6 @@ def test_fuzzed_batches_never_raise_and_count_every_message_once(
         assert health.events_read == len(lines)
         assert report(one)["online"]["news"]["queries"] >= 1
     assert len(letters) == sum(pipeline.health.rejected.values())
-
-
-def test_replay_on_the_command_line_goes_past_every_adversarial_line(tmp_path: Path) -> None:
-    path = tmp_path / "events.jsonl"
-    good = good_traffic()
-    path.write_bytes(b"\n".join([*good, *(a[1] for a in ADVERSARIAL)]) + b"\n")
-    config = tmp_path / "c.toml"
-    config.write_text("[input]\nmax_event_bytes = 1048576\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "monitor", "replay", str(path), "--config", str(config),
-         "--report", "json"], capture_output=True, timeout=120,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    result = json.loads(done.stdout)
-    expected: dict[str, int] = {}
-    for _, _, reason in ADVERSARIAL:
-        if reason:
-            expected[reason] = expected.get(reason, 0) + 1
-    assert {k: v for k, v in result["rejected"].items() if v} == expected
-    assert b"Traceback" not in done.stderr
 
 
 def test_a_million_character_text_is_cut_before_it_is_read() -> None:

@@ -15,10 +15,8 @@ from monitor.core.pipeline import Pipeline
 from monitor.inputs.events import Reason
 from monitor.inputs.generate import Regression, Traffic, World, events
 from monitor.serve.report import report
-from monitor.state import codec
-from monitor.state.checkpoint import restore_unit
-from monitor.state.codec import UnitState
-from tests.events import click, conversion, dwell, query
+from tests.support.checkpoints import round_trip
+from tests.support.events import click, conversion, dwell, query
 
 # Short timeouts keep the tables readable: sessions close 60 s after their last event,
 # the watermark trails the newest event by 10 s.
@@ -210,14 +208,6 @@ def test_clicks_on_forgotten_or_unknown_queries_count_under_the_session_class() 
     assert pipeline.counters.clicks[news] == 1
     assert pipeline.counters.clicked_queries[news] == 0
     assert pipeline.sessions.unmatched_clicks == 1
-
-
-def round_trip(pipeline: Pipeline) -> Pipeline:
-    """Through a checkpoint as the daemon writes and reads it."""
-    data = codec.encode("unit", UnitState(
-        "events", 0, 0, 0.0, None, codec.fingerprint(pipeline.config), pipeline.snapshot()
-    ))
-    return restore_unit(data, "test", pipeline.config)[1]
 
 
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 0.8])

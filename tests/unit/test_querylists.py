@@ -35,7 +35,7 @@ from monitor.serve.queries import (
 )
 from monitor.state import codec
 from monitor.state.codec import UnitState
-from tests.events import T0, click, line, query, stamp
+from tests.support.events import T0, click, line, query, stamp
 
 HOUR = 3600.0
 

@@ -15,7 +15,7 @@ from monitor.offline.spec import (
     parse_named,
     trec_eval_name,
 )
-from tests.conftest import DATA
+from tests.support.files import DATA
 
 
 @pytest.mark.parametrize(

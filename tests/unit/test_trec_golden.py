@@ -14,7 +14,7 @@ import pytest
 from monitor.offline.evaluate import Evaluation, evaluate
 from monitor.offline.spec import MeasureSpec
 from monitor.offline.trec import parse_qrels, parse_run
-from tests.conftest import DATA
+from tests.support.files import DATA
 
 _CUT = re.compile(r"^(P|recall|map_cut|ndcg_cut|success|unj)_(\d+)$")
 _PLAIN = {"map": "AP", "ndcg": "nDCG", "recip_rank": "RR", "Rprec": "Rprec", "bpref": "bpref"}

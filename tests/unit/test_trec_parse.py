@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from monitor.offline import trec
-from tests.conftest import DATA
+from tests.support.files import DATA
 
 Parsed = tuple[list[bytes], list[bytes], list[float]]
 

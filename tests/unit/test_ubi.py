@@ -1,19 +1,17 @@
 """UBI data as OpenSearch users have it: ``_bulk`` exports in index order, queries without
 ``session_id``, impressions instead of hit ids, 0-based ordinals, integer ids; the numbers
-computed by hand, the same from replay in any order and from ``searchmon run``."""
+computed by hand, the same from replay in any order (and from ``searchmon run``:
+tests/integration/test_ubi.py)."""
 
 from __future__ import annotations
 
 import json
 import random
-import signal
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
 
 from monitor.cli.replay import replay_files
 from monitor.config import Config
@@ -21,58 +19,7 @@ from monitor.core.export import export
 from monitor.core.pipeline import RejectionLog
 from monitor.inputs import files as replay_module
 from monitor.serve.report import report
-from tests.broker import Broker, free_port
-from tests.test_daemon import log_of, samples, start_daemon, wait_until_read
-from tests.test_exposition import get
-
-QUERIES: list[dict[str, Any]] = [
-    # c1 asks twice; the first query's results were not logged (impressions say what was
-    # shown), the second's were
-    {"query_id": "q1", "client_id": "c1", "user_query": "laptop",
-     "timestamp": "2026-11-22T10:00:00.000Z", "application": "shop"},
-    {"query_id": "q2", "client_id": "c1", "user_query": "laptop bag",
-     "timestamp": "2026-11-22T10:00:40Z", "query_response_hit_ids": [201, "202"]},
-    # c2 finds nothing and leaves
-    {"query_id": "q3", "client_id": "c2", "user_query": "xyz",
-     "timestamp": "2026-11-22T10:05:00+00:00", "query_response_hit_ids": []},
-    # c3: no offset in the timestamp (UTC), results shown as impressions
-    {"query_id": "q4", "client_id": "c3", "user_query": "phone",
-     "timestamp": "2026-11-22T10:10:00"},
-]
-
-
-def event(action: str, query_id: str, at: str, session: str, client: str,
-          **attributes: Any) -> dict[str, Any]:
-    return {"action_name": action, "query_id": query_id, "session_id": session,
-            "client_id": client, "timestamp": f"2026-11-22T{at}Z",
-            "event_attributes": attributes}
-
-
-EVENTS: list[dict[str, Any]] = [
-    *(event("impression", "q1", f"10:00:0{i}", "S1", "c1",
-            object={"object_id": 101 + i}, position={"ordinal": i}) for i in range(3)),
-    event("click", "q1", "10:00:10", "S1", "c1", object={"object_id": 102},
-          position={"ordinal": 1}),
-    event("item_click", "q2", "10:00:50", "S1", "c1", object={"object_id": "201"},
-          position={"ordinal": 0}),
-    event("add_to_cart", "q1", "10:01:00", "S1", "c1", object={"object_id": 102}),
-    *(event("impression", "q4", f"10:10:0{i}", "S3", "c3",
-            object={"object_id": f"p{i}"}, position={"ordinal": i}) for i in range(2)),
-    event("click", "q4", "10:10:05", "S3", "c3", object={"object_id": "p1"},
-          position={"xy": {"x": 120.5, "y": 388}}, dwell_time=45.0),
-    event("hover", "q4", "10:10:06", "S3", "c3", object={"object_id": "p0"}),
-]
-
-EXPECTED = {
-    "queries": 4, "zero_result_queries": 1, "clicked_queries": 3, "clicks": 3,
-    # q1: 3 impressions (its hit ids unknown); q2: its 2 hit ids; q3: none; q4: 2 impressions
-    "result_impressions": 7,
-    "sessions": 3, "abandoned_sessions": 1, "successful_sessions": 2, "conversions": 1,
-    # q1 is followed by q2 within 60 s, but c1 clicked between them
-    "reformulated_queries": 0,
-    "ctr": 0.75, "zero_result_rate": 0.25, "abandonment_rate": 1 / 3,
-    "session_success_rate": 2 / 3,
-}
+from tests.support.ubi import EVENTS, EXPECTED, QUERIES
 
 
 def bulk(documents: list[tuple[str, dict[str, Any]]]) -> bytes:
@@ -119,54 +66,6 @@ def test_any_order_and_any_split_into_files_gives_the_same_numbers(tmp_path: Pat
         "events.jsonl": b"".join(json.dumps(e).encode() + b"\n" for e in EVENTS),
     }
     check(replayed(tmp_path, plain))
-
-
-def test_the_same_records_through_kafka_give_the_same_numbers(
-    tmp_path: Path, broker: Broker
-) -> None:
-    """Producers key UBI records by client_id (queries and events carry it), so a client's
-    records share a partition; in event time order, as an application logs them."""
-    documents = sorted(QUERIES + EVENTS, key=lambda d: d["timestamp"].rstrip("Z")[:19])
-    # a later query moves the watermark past every session, so they close as in replay
-    closing = {"query_id": "late", "client_id": "c9", "user_query": "later",
-               "timestamp": "2026-11-22T12:00:00Z", "query_response_hit_ids": ["x"]}
-    topic = f"ubi-{uuid.uuid4().hex[:8]}"
-    broker.create_topics({topic: 1, f"{topic}-judgments": 1})
-    producer = KafkaProducer(bootstrap_servers=broker.address)
-    for document in [*documents, closing]:
-        producer.send(topic, key=document["client_id"].encode(),
-                      value=json.dumps(document).encode())
-    producer.flush()
-    producer.close()
-    port = free_port()
-    daemon = start_daemon(
-        tmp_path, broker, f"g-{uuid.uuid4().hex}", port,
-        kafka=f'events_topic = "{topic}"\njudgments_topic = "{topic}-judgments"\n',
-    )
-    try:
-        wait_until_read(port, len(documents) + 1)
-        deadline = time.monotonic() + 30
-        while True:  # the checkpoint after the last batch is what /metrics shows
-            values = samples(get(f"http://127.0.0.1:{port}/metrics")[1])
-            if values.get('search_sessions_total{query_class="other"}') == 3:
-                break
-            assert time.monotonic() < deadline, values
-            time.sleep(0.1)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
-    assert daemon.returncode == 0, log_of(tmp_path)
-
-    def total(name: str) -> float:
-        return values[f'search_{name}_total{{query_class="other"}}']
-
-    assert total("queries") == EXPECTED["queries"] + 1
-    for name in ("zero_result_queries", "clicked_queries", "clicks", "sessions",
-                 "abandoned_sessions", "successful_sessions", "conversions"):
-        assert total(name) == EXPECTED[name], name
-    assert total("result_impressions") == EXPECTED["result_impressions"] + 1
-    assert values["searchmon_ignored_actions_total"] == 1
-    assert values["searchmon_unmatched_clicks_total"] == 0
 
 
 def test_a_large_unordered_input_is_sorted_in_bounded_runs(
