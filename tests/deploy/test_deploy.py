@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from monitor.cli.broker import FAST_GROUP, Broker, free_port
 from monitor.inputs.generate import Regression, Traffic, World, events
 from tests.support.files import DEPLOY, ROOT, load_script
 from tests.support.http import get
+from tests.support.wait import wait_for
 
 RULES = DEPLOY / "prometheus" / "searchmon.rules.yml"
 
@@ -188,11 +188,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
     try:
-        _wait_for(lambda: _query(api, "sum(searchmon_judged_messages_total)") == [produced], 180)
+        wait_for(lambda: _query(api, "sum(searchmon_judged_messages_total)"),
+                 "every judged message scraped", 180, until=lambda got: got == [produced],
+                 every=0.5)
         produced += broker.produce("search-events", [m for m in lines if m not in judged])
-        _wait_for(lambda: _query(api, "sum(searchmon_events_read_total)") == [produced], 180)
+        wait_for(lambda: _query(api, "sum(searchmon_events_read_total)"),
+                 "every event scraped", 180, until=lambda got: got == [produced], every=0.5)
         # a few more scrapes, so that rates have two samples and rules have run
-        _wait_for(lambda: _query(api, "count_over_time(up[1m])") >= [4.0], 60)
+        wait_for(lambda: _query(api, "count_over_time(up[1m])"), "4 scrapes", 60,
+                 until=lambda got: got >= [4.0], every=0.5)
         yield api
     finally:
         for process in (prometheus, searchmon):
@@ -215,13 +219,6 @@ def _query(api: str, expr: str) -> list[float]:
     return [float(r["value"][1]) for r in body["data"]["result"]]
 
 
-def _wait_for(condition: Any, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)
-
-
 def test_regression_alert_fires_for_the_regressed_class_only(stack: str) -> None:
     def judged_alerts() -> list[dict[str, Any]]:
         status, body = get(f"{stack}/alerts")
@@ -229,7 +226,7 @@ def test_regression_alert_fires_for_the_regressed_class_only(stack: str) -> None
         return [a for a in json.loads(body)["data"]["alerts"]
                 if a["labels"]["alertname"] == "SearchJudgedRegression"]
 
-    _wait_for(lambda: bool(judged_alerts()), 60)
+    wait_for(judged_alerts, "a SearchJudgedRegression alert", 60, every=0.5)
     found = judged_alerts()
     classes = {a["labels"]["query_class"] for a in found}
     assert "navigational" in classes

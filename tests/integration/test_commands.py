@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kafka.admin import KafkaAdminClient
@@ -14,6 +13,7 @@ from kafka.admin import KafkaAdminClient
 from monitor import __version__
 from tests.support.broker import free_port
 from tests.support.events import query
+from tests.support.wait import wait_for
 
 SEARCHMON = [sys.executable, "-m", "monitor"]
 
@@ -57,13 +57,11 @@ def test_the_broker_command_creates_the_topics_and_stops_on_sigterm(tmp_path: Pa
         assert f"listening on 127.0.0.1:{port}" in line, line
         admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}")
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                described = {t["name"]: len(t["partitions"]) for t in admin.describe_topics()}
-                if {"ev", "ju", "dl"} <= set(described):
-                    break
-                assert time.monotonic() < deadline, described
-                time.sleep(0.2)
+            described = wait_for(
+                lambda: {t["name"]: len(t["partitions"]) for t in admin.describe_topics()},
+                "the three topics", 30, until=lambda found: {"ev", "ju", "dl"} <= set(found),
+                every=0.2,
+            )
         finally:
             admin.close()
         assert (described["ev"], described["ju"], described["dl"]) == (3, 1, 1)

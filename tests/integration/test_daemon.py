@@ -35,6 +35,7 @@ from tests.support.daemon import (
     wait_until_read,
 )
 from tests.support.http import get, scrape
+from tests.support.wait import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -447,10 +448,7 @@ def test_broker_down_at_start_is_retried(tmp_path: Path) -> None:
     port = free_port()
     daemon = start_daemon(tmp_path, broker, "late-broker", port)
     try:
-        deadline = time.monotonic() + 30
-        while not scrape(port):
-            assert time.monotonic() < deadline, "/metrics is served before Kafka is reachable"
-            time.sleep(0.3)
+        wait_for(lambda: scrape(port), "/metrics served before Kafka is reachable", 30, every=0.3)
         assert scrape(port)["searchmon_broker_connected"] == 0.0
         assert get(f"http://127.0.0.1:{port}/readyz")[0] == 503
         broker.start()
@@ -592,10 +590,11 @@ def test_the_judged_samples_follow_their_partition_to_the_survivor(
             "judged-judgments", [(b"s2", judgment("s2", q, 100 + q, False)) for q in range(30)]
         )
         flag = 'search_judged_regression{measure="nDCG@10",query_class="navigational"}'
-        deadline = time.monotonic() + 120
-        while (now := scrape(ports[survivor])).get(flag) != 1.0:
-            assert time.monotonic() < deadline, {k: v for k, v in now.items() if "judged" in k}
-            time.sleep(0.3)
+        now = wait_for(
+            lambda: {k: v for k, v in scrape(ports[survivor]).items() if "judged" in k},
+            "the survivor flags the regression", 120, until=lambda judged: judged.get(flag) == 1.0,
+            every=0.3,
+        )
         assert last["searchmon_judged_messages_total"] + now[
             "searchmon_judged_messages_total"
         ] == 60, "every judgment counted once across the two replicas"
@@ -640,10 +639,8 @@ def test_judged_gauges_stay_exported_through_a_restart(tmp_path: Path, broker: B
     flag = 'search_judged_regression{measure="nDCG@10",query_class="navigational"}'
     daemon = start_daemon(tmp_path, broker, group, port, kafka, "[offline]\nsample_size = 30\n")
     try:
-        deadline = time.monotonic() + 120
-        while scrape(port).get(flag) != 1.0:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for(lambda: scrape(port).get(flag), "the regression flagged", 120,
+                 until=lambda value: value == 1.0, every=0.2)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -668,20 +665,18 @@ def test_a_replica_without_partitions_is_not_ready(tmp_path: Path, broker: Broke
     broker.create_topics({"standby-events": 1, "standby-judgments": 1})
     daemons, ports = start_replicas(tmp_path, broker, "standby")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            answers = []
+        def answers() -> list[tuple[int, str]]:
+            found = []
             for port in ports:
                 try:
-                    answers.append(get(f"http://127.0.0.1:{port}/readyz"))
+                    found.append(get(f"http://127.0.0.1:{port}/readyz"))
                 except OSError:
-                    answers.append((0, ""))
-            if sorted(status for status, _ in answers) == [200, 503] and any(
-                "owns no partition" in body for _, body in answers
-            ):
-                break
-            assert time.monotonic() < deadline, answers
-            time.sleep(0.2)
+                    found.append((0, ""))
+            return found
+
+        wait_for(answers, "one replica ready, the other owning no partition", 60,
+                 until=lambda found: sorted(status for status, _ in found) == [200, 503] and any(
+                     "owns no partition" in body for _, body in found), every=0.2)
     finally:
         stop_all(daemons)
 
@@ -714,10 +709,8 @@ def test_what_an_operator_reads_versions_process_liveness_and_json_logs(
         info = next(key for key in values if key.startswith("searchmon_build_info{"))
         for label in ("version=", "python=", "kafka_python="):
             assert label in info, info
-        deadline = time.monotonic() + 30
-        while "partitions: judged samples" not in log_of(tmp_path):
-            assert time.monotonic() < deadline, "the judgments topic's partitions are warned of"
-            time.sleep(0.2)
+        wait_for(lambda: "partitions: judged samples" in log_of(tmp_path),
+                 "the judgments topic's partitions warned of", 30, every=0.2)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -802,19 +795,15 @@ def test_a_paused_replica_stops_counting_and_the_sums_stay_exact(
             os.kill(pid, signal.SIGSTOP)
         try:
             took = log_of(tmp_path / "b").count("took over")
-            deadline = time.monotonic() + 60
-            while log_of(tmp_path / "b").count("took over") == took:
-                assert time.monotonic() < deadline, "the other replica takes the partitions"
-                time.sleep(0.2)
+            wait_for(lambda: log_of(tmp_path / "b").count("took over") > took,
+                     "the other replica takes the partitions", 60, every=0.2)
             broker.produce("paused-events", second)
-            deadline = time.monotonic() + 60
-            while True:  # the survivor has read every partition to its end
-                values = scrape(ports[1])
-                lags = [v for k, v in values.items() if k.startswith("searchmon_consumer_lag{")]
-                if len(lags) == 5 and not any(lags):
-                    break
-                assert time.monotonic() < deadline, lags
-                time.sleep(0.2)
+            wait_for(
+                lambda: [v for k, v in scrape(ports[1]).items()
+                         if k.startswith("searchmon_consumer_lag{")],
+                "the survivor reads every partition to its end", 60,
+                until=lambda lags: len(lags) == 5 and not any(lags), every=0.2,
+            )
         finally:
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
@@ -843,18 +832,14 @@ def test_a_restore_in_progress_does_not_hold_up_the_group(tmp_path: Path, broker
     first = start_daemon(tmp_path / "a", broker, group, ports[0], kafka, state)
     daemons = [first]
     try:
-        deadline = time.monotonic() + 30
-        while "serving http" not in log_of(tmp_path / "a"):  # the state process is ready
-            assert time.monotonic() < deadline, "a starts"
-            time.sleep(0.01)
+        wait_for(lambda: "serving http" in log_of(tmp_path / "a"),  # the state process is ready
+                 "a starts", 30, every=0.01)
         (frozen,) = children(first.pid)
         os.kill(frozen, signal.SIGSTOP)
         try:
             daemons.append(start_daemon(tmp_path / "b", broker, group, ports[1], kafka, state))
-            deadline = time.monotonic() + 90
-            while "took over" not in log_of(tmp_path / "b"):
-                assert time.monotonic() < deadline, "b takes over partitions"
-                time.sleep(0.2)
+            wait_for(lambda: "took over" in log_of(tmp_path / "b"), "b takes over partitions", 90,
+                     every=0.2)
             taken = log_of(tmp_path / "b").split("took over", 1)[1].splitlines()[0]
             assert taken.count("/") < 5, f"a took part in the rebalance: {taken}"
             # the restore lasts longer than max_poll_interval_ms: a replica that stopped

@@ -31,6 +31,7 @@ from monitor.inputs.kafka import (
 from tests.support.broker import FAST_GROUP, Broker, free_port
 from tests.support.daemon import DEAD, log_of, start_daemon
 from tests.support.http import scrape
+from tests.support.wait import wait_for
 
 BIG = 1_048_400
 """An invalid message under the broker's limit whose copy, with its headers, is over the
@@ -264,11 +265,13 @@ def test_no_offset_is_committed_past_a_rejected_message_before_its_copy_is_ackno
         broker.create_topics({events: 1, f"{events}-judgments": 1, DEAD: 1})
         broker.produce(events, [(None, b"not json 0")])
         daemon = start_daemon(tmp_path, broker, group, port, kafka=topics_lines(events))
-        deadline = time.monotonic() + 90
-        while committed(broker, group, events) != 1:  # its copy acknowledged, then committed
+        def first_committed() -> int | None:
             assert daemon.poll() is None, log_of(tmp_path)
-            assert time.monotonic() < deadline, "the first rejected message is not committed"
-            time.sleep(0.5)
+            return committed(broker, group, events)
+
+        # its copy acknowledged, then committed
+        wait_for(first_committed, "the first rejected message committed", 90,
+                 until=lambda offset: offset == 1, every=0.5)
         assert len(read_letters(broker, DEAD)) == 1
         restart_with_topics(broker, events)  # empty: the producer's id is unknown to it
         produce(broker, events, [f"not json {n}".encode() for n in range(4)])

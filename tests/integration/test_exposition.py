@@ -8,12 +8,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.support.broker import free_port
 from tests.support.files import DATA
 from tests.support.http import get
+from tests.support.wait import wait_for
 
 
 def test_replay_serve_over_http_from_a_gzip_file(tmp_path: Path) -> None:
@@ -29,14 +29,8 @@ def test_replay_serve_over_http_from_a_gzip_file(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                status, body = get(f"http://127.0.0.1:{port}/metrics")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the server did not come up"
-                time.sleep(0.1)
+        status, body = wait_for(lambda: get(f"http://127.0.0.1:{port}/metrics"),
+                                "the server comes up", 30, ignoring=(OSError,))
         assert status == 200
         assert 'search_queries_total{query_class="travel"} 2.0' in body
         assert get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")

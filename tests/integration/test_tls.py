@@ -6,7 +6,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from tests.support.broker import free_port
 from tests.support.files import DATA
 from tests.support.tls import certificates
+from tests.support.wait import wait_for
 
 
 def test_metrics_over_mutual_tls(tmp_path: Path) -> None:
@@ -37,15 +37,12 @@ def test_metrics_over_mutual_tls(tmp_path: Path) -> None:
     client = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     client.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url, context=client, timeout=5) as response:
-                    body = response.read().decode()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline, "the HTTPS server did not come up"
-                time.sleep(0.2)
+        def page() -> str:
+            with urllib.request.urlopen(url, context=client, timeout=5) as response:
+                return str(response.read().decode())
+
+        body = wait_for(page, "the HTTPS server comes up", 30, every=0.2,
+                        ignoring=(urllib.error.URLError, ConnectionError))
         assert 'search_queries_total{query_class="travel"} 2.0' in body
         with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
             urllib.request.urlopen(url, context=trusted, timeout=5)  # no client certificate

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 import uuid
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from tests.support.broker import Broker, free_port
 from tests.support.daemon import log_of, start_daemon, wait_until_read
 from tests.support.http import get, samples
 from tests.support.ubi import EVENTS, EXPECTED, QUERIES
+from tests.support.wait import wait_for
 
 
 def test_the_same_records_through_kafka_give_the_same_numbers(
@@ -40,13 +40,10 @@ def test_the_same_records_through_kafka_give_the_same_numbers(
     )
     try:
         wait_until_read(port, len(documents) + 1)
-        deadline = time.monotonic() + 30
-        while True:  # the checkpoint after the last batch is what /metrics shows
-            values = samples(get(f"http://127.0.0.1:{port}/metrics")[1])
-            if values.get('search_sessions_total{query_class="other"}') == 3:
-                break
-            assert time.monotonic() < deadline, values
-            time.sleep(0.1)
+        # the checkpoint after the last batch is what /metrics shows
+        values = wait_for(lambda: samples(get(f"http://127.0.0.1:{port}/metrics")[1]),
+                          "the sessions of the last batch on /metrics", 30,
+                          until=lambda v: v.get('search_sessions_total{query_class="other"}') == 3)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)

@@ -11,9 +11,8 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.serve.http import Limits, MetricsServer, Readiness, tls_context
+from tests.support.wait import wait_for
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -108,13 +108,6 @@ def fetch(
     finally:
         if own:
             conn.close()
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 def server_side_connections(port: int) -> int:
