@@ -107,6 +107,7 @@ def rejections(pipelines: list[Pipeline]) -> dict[str, int]:
     return total
 
 
+@pytest.mark.serial  # times the SIGTERM (under 10 s)
 def test_consumes_everything_dead_letters_rejections_and_stops_on_sigterm(
     tmp_path: Path, broker: Broker, traffic: list[list[bytes]]
 ) -> None:
@@ -289,6 +290,7 @@ def test_kill_9_in_the_middle_of_checkpoint_writes(tmp_path: Path, broker: Broke
     finish_and_compare(tmp_path, broker, group, topic, kafka, seen)
 
 
+@pytest.mark.serial  # a restore and catch-up within 30 s
 def test_a_restart_over_hours_of_state_takes_its_partitions_back(
     tmp_path: Path, broker: Broker
 ) -> None:
@@ -816,6 +818,7 @@ def test_a_paused_replica_stops_counting_and_the_sums_stay_exact(
     assert "lost its group membership" in log_of(tmp_path / "a")
 
 
+@pytest.mark.serial  # group membership held through timed rebalances
 def test_a_restore_in_progress_does_not_hold_up_the_group(tmp_path: Path, broker: Broker) -> None:
     """Replica a's state process is stopped (SIGSTOP) before the group assigns it anything,
     so its first restore never ends. Replica b joins meanwhile: a keeps polling, takes part

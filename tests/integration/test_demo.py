@@ -11,6 +11,8 @@ import subprocess
 import time
 from typing import Any
 
+import pytest
+
 from monitor.cli.broker import free_port
 from tests.support.files import ROOT
 from tests.support.http import get, scrape
@@ -23,6 +25,7 @@ def readme_command(marker: str) -> list[str]:
     return shlex.split(command)
 
 
+@pytest.mark.serial  # a fixed-length demo must get to its regression
 def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
     port = free_port()
     command = [*readme_command("quickstart-demo"), "--listen", f"127.0.0.1:{port}",

@@ -185,6 +185,7 @@ def frozen_broker() -> Iterator[str]:
         server.close()
 
 
+@pytest.mark.serial  # times the SIGTERM (under 15 s)
 def test_sigterm_while_kafka_does_not_answer_exits_promptly(tmp_path: Path) -> None:
     """The broker accepts connections and never answers: the loop is stuck in kafka-python;
     SIGTERM still ends the process (its state is durable) well before kafka-python would

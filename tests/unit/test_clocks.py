@@ -62,6 +62,7 @@ def test_a_process_stopped_and_continued_notices_the_pause() -> None:
         child.wait()
 
 
+@pytest.mark.serial  # the watch thread must get the processor within 0.5 s
 def test_a_busy_thread_is_no_pause() -> None:
     watch = PauseWatch()
     try:

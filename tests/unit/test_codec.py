@@ -204,6 +204,7 @@ def leaf_paths(document: object, ends: bool) -> list[list[str | int]]:
 VALUES = [10**400, -(10**30), 2**63, 1e308 * 10, "x" * 3, None, [], {}, -1, 0.5]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) -> None:
     """Each leaf of the document replaced by an extreme or mistyped value (checksum valid)."""
@@ -227,6 +228,7 @@ def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) 
         pipeline.close()
 
 
+@pytest.mark.slow
 def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
     """Every leaf of a ledger document replaced by a mistyped or extreme value: decoding and
     rebuilding fail with a clear error, or the ledger adds up."""

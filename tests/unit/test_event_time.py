@@ -143,6 +143,7 @@ def stream(seed: int) -> list[bytes]:
     ))]
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32 - 1), lateness=st.sampled_from([5.0, 30.0, 120.0]))
 def test_any_arrival_order_within_the_lateness_gives_the_same_report(
@@ -219,6 +220,7 @@ def test_the_daemon_rejects_what_is_ahead_of_its_clock() -> None:
     assert pipeline.feed(query("e2", TEN + 299, "s1", "q2")) is None
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(
     st.tuples(st.integers(0, 23), st.sampled_from("0123456789:.-TZz +\u0663\uff10")),

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,6 +145,7 @@ def replayed(lines: list[bytes], path: Path) -> tuple[Pipeline, dict[str, Any]]:
     return restored, report(restored)
 
 
+@pytest.mark.slow
 def test_every_field_of_every_event_with_extreme_values_is_rejected_or_harmless(
     tmp_path: Path,
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from monitor.config import Config
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.generate import Regression, Traffic, World, events
@@ -43,6 +45,7 @@ def test_click_through_falls_with_position_and_favours_relevant_results() -> Non
     assert relevant_clicks / clicked > 0.8
 
 
+@pytest.mark.slow
 def test_injected_regression_moves_only_its_class() -> None:
     def replay(regression: Regression | None) -> dict[str, dict[str, float]]:
         world = World.build(6)

@@ -248,6 +248,7 @@ def test_restore_refuses_corrupt_states(state: SpaceSavingState, problem: str) -
     assert summary.snapshot() == SpaceSavingState(["z"], [1], [0])  # left as it was
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_over_a_million_distinct_keys() -> None:
     summary = SpaceSaving(1_000)
     tracemalloc.start()
@@ -501,6 +502,7 @@ TEXTS = st.lists(st.one_of(
 """Texts of the characters that make or break addresses and numbers."""
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(TEXTS, st.integers(1, 12))
 def test_redacting_from_split_to_split_is_redacting_the_whole(text: str, size: int) -> None:

@@ -231,6 +231,7 @@ def test_a_request_not_whole_within_header_timeout_is_dropped_unanswered(sent: b
         assert collections.calls == 0
 
 
+@pytest.mark.slow
 def test_the_default_header_timeout_drops_a_stalled_request() -> None:
     """As the previous test, with the daemon's limits (5 s): the socket waits up to 30 s."""
     registry, collections = counted()

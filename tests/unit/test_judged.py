@@ -173,6 +173,7 @@ def test_an_injected_regression_flags_its_class_only() -> None:
     assert delta[(navigational, 0)].baseline_id == "sample-2"
 
 
+@pytest.mark.slow
 def test_no_false_alarm_without_a_change_across_20_seeds() -> None:
     alarms = 0
     verdicts = 0

@@ -140,6 +140,7 @@ def adversarial_bytes() -> st.SearchStrategy[bytes]:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(adversarial_bytes(), min_size=1, max_size=12), st.integers(0, 59))
 def test_fuzzed_batches_never_raise_and_count_every_message_once(

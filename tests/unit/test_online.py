@@ -210,6 +210,7 @@ def test_clicks_on_forgotten_or_unknown_queries_count_under_the_session_class() 
     assert pipeline.sessions.unmatched_clicks == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 0.8])
 def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped(
     fraction: float,
@@ -260,6 +261,7 @@ def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped(
     assert uninterrupted.judged.verdicts, "samples were judged"
 
 
+@pytest.mark.slow
 def test_a_restored_pipeline_closes_the_same_sessions_at_the_same_time() -> None:
     """Out of order (the stream in three interleaved runs, as a topic refilled in parts):
     restored at any point, the counters equal the uninterrupted pipeline's before the end,

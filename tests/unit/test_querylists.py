@@ -533,6 +533,7 @@ def letters(number: int) -> str:
 
 # --- memory --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_memory_stays_within_the_configured_bound_over_a_million_distinct_queries() -> None:
     """Default settings, one class, a day: a million distinct queries (each also finishing)
     take no more memory than two hundred thousand (both fill every summary of both windows),
