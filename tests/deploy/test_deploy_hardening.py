@@ -474,7 +474,7 @@ def test_python_and_the_daemon_run_under_memory_deny_write_execute(tmp_path: Pat
         "except PermissionError:\n"
         "    pass\n"
         "import numpy, pydantic_core, msgspec, kafka, prometheus_client\n"
-        "import monitor.daemon, monitor.worker, monitor.http, monitor.offline\n"
+        "import monitor.run.daemon, monitor.run.worker, monitor.serve.http, monitor.offline\n"
         "from monitor.cli.main import main\n"
         "sys.exit(main(['check-config', sys.argv[1]]))\n"
     )
