@@ -10,8 +10,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,17 +19,9 @@ import pytest
 from monitor.inputs.generate import Regression, Traffic, World, events
 from tests.support.broker import free_port
 from tests.support.events import T0, query
+from tests.support.http import fetch
 
 SEARCHMON = [sys.executable, "-m", "monitor"]
-OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with OPENER.open(url, timeout=30) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +50,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         deadline = time.monotonic() + 120
         while True:
             try:
-                if get(base + "/healthz")[0] == 200:
+                if fetch(base + "/healthz")[0] == 200:
                     break
             except OSError:
                 pass
@@ -89,7 +79,7 @@ def chromium(*arguments: str) -> subprocess.CompletedProcess[str]:
 def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
     served: str, tmp_path: Path
 ) -> None:
-    status, body = get(served + "/queries?class=navigational")
+    status, body = fetch(served + "/queries?class=navigational")
     assert status == 200
     report = json.loads(body)
     worsened = [e for e in report["worsened"] if e["source"] == "sample"]
@@ -114,20 +104,20 @@ def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
 
 
 def test_queries_filters_and_errors_over_http(served: str) -> None:
-    status, body = get(served + "/queries?window=24h&list=zero_results")
+    status, body = fetch(served + "/queries?window=24h&list=zero_results")
     assert status == 200
     lists = json.loads(body)["lists"]
     assert lists and {(e["window"], e["list"]) for e in lists} == {("24h", "zero_results")}
-    assert get(served + "/queries?list=nope")[0] == 400
-    assert get(served + "/queries?colour=red")[0] == 400
-    status, body = get(served + "/?class=no-such-class")
+    assert fetch(served + "/queries?list=nope")[0] == 400
+    assert fetch(served + "/queries?colour=red")[0] == 400
+    status, body = fetch(served + "/?class=no-such-class")
     assert status == 200 and b"Queries: navigational" in body, "an unknown class: all shown"
 
 
 def test_top_prints_the_lists_of_a_running_endpoint_and_of_a_report(
     served: str, tmp_path: Path
 ) -> None:
-    expected = json.loads(get(served + "/queries?class=all&window=1h&list=searches")[1])
+    expected = json.loads(fetch(served + "/queries?class=all&window=1h&list=searches")[1])
     first = expected["lists"][0]["rows"][0]
     done = subprocess.run(
         [*SEARCHMON, "top", "--url", served, "--class", "all", "--window", "1h", "--list",
@@ -151,7 +141,7 @@ def test_top_prints_the_lists_of_a_running_endpoint_and_of_a_report(
 def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
     """Given twice, the same endpoint stands for two replicas that counted the same traffic:
     every exact count (error 0) doubles, and the worsened queries come once."""
-    single = json.loads(get(served + "/queries?class=all&window=1h&list=searches")[1])
+    single = json.loads(fetch(served + "/queries?class=all&window=1h&list=searches")[1])
     exact = [r for r in single["lists"][0]["rows"] if r["error"] == 0][:3]
     assert exact
     done = subprocess.run(
@@ -164,7 +154,7 @@ def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
              if line.startswith("  ") and "  " in line[2:]}
     for row in exact:
         assert str(2 * row["count"]) in lines[row["query"]], (row, lines.get(row["query"]))
-    state = json.loads(get(served + "/queries/state")[1])
+    state = json.loads(fetch(served + "/queries/state")[1])
     assert state["capacity"] == 1000 and state["windows"]
     assert all("sessions" not in part for window in state["windows"]
                for tally in window["tallies"] for part in tally.values()
