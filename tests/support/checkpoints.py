@@ -11,12 +11,11 @@ from tests.support.events import query
 
 
 def round_trip(pipeline: Pipeline) -> Pipeline:
-    """Through a checkpoint as the daemon writes and reads it."""
+    """``pipeline`` through a checkpoint, as the daemon writes and reads it."""
     data = codec.encode("unit", UnitState(
         "events", 0, 0, 0.0, None, codec.fingerprint(pipeline.config), pipeline.snapshot()
     ))
     return restore_unit(data, "test", pipeline.config)[1]
-
 
 
 def encode(
@@ -30,6 +29,7 @@ def encode(
 
 
 def pipeline_with(queries: int) -> Pipeline:
+    """A pipeline of the default configuration that has read ``queries`` queries."""
     pipeline = Pipeline(Config())
     for i in range(queries):
         assert pipeline.feed(query(f"e{i}", float(i), f"s{i}", f"q{i}")) is None
