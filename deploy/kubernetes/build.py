@@ -4,7 +4,7 @@ that the rules keep one source. Run it after editing the rules:
 
     python deploy/kubernetes/build.py
 
-tests/test_deploy_hardening.py checks that prometheusrule.yaml is up to date.
+tests/deploy/test_deploy_hardening.py checks that prometheusrule.yaml is up to date.
 """
 
 from __future__ import annotations

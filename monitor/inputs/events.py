@@ -140,7 +140,7 @@ Event = LiveEvent | Judgment | Qrels
 
 # The fast path: the live events again as msgspec structs. msgspec validates several times
 # faster than pydantic, and is stricter (no coercion of "3" to 3, or of 2.0 to 2): whatever
-# it accepts, the definitions above accept with the same values (tests/test_events.py
+# it accepts, the definitions above accept with the same values (tests/unit/test_events.py
 # checks it), and whatever it refuses goes to them, which decide and name the problem.
 _Count = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 _Milliseconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]

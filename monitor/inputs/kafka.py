@@ -191,7 +191,7 @@ class KafkaSource:
         """The id the brokers' metadata gives ``topic`` (Kafka 2.8 and later), as of the
         consumer's latest metadata (refreshed every ``METADATA_MAX_AGE_MS`` at most); None
         when unknown. kafka-python keeps it in its cluster metadata only, which it does not
-        expose: ``tests/test_faults.py`` fails should that attribute change."""
+        expose: ``tests/integration/test_faults.py`` fails should that attribute change."""
         try:
             found = self.consumer._client.cluster.topic_id(topic)
         except AttributeError:

@@ -1,0 +1,211 @@
+"""``searchmon eval`` as a user runs it: a separate process, real files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.files import DATA
+
+QRELS, RUN = str(DATA / "qrels.test"), str(DATA / "results.test")
+
+
+def searchmon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def summary_lines(stdout: str) -> dict[str, float]:
+    rows = [line.split("\t") for line in stdout.splitlines()]
+    return {name.strip(): float(value) for name, qid, value in rows if qid == "all"}
+
+
+def test_summary_matches_trec_eval_figures() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "map", "-m", "P.5,10", "-m", "nDCG@10")
+    assert done.returncode == 0, done.stderr
+    # out.test.aq: map 0.1785, P_5 0.2667, P_10 0.3000, ndcg_cut_10 0.3016
+    assert summary_lines(done.stdout) == {
+        "map": 0.1785, "P_5": 0.2667, "P_10": 0.3, "nDCG@10": 0.3016
+    }
+    assert done.stdout.splitlines()[0].startswith("map                   \tall\t")
+
+
+def test_per_query_lines_come_first_and_name_each_query() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "AP", "-q")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [qid for _, qid, _ in rows][-1] == "all"
+    per_query = [qid for _, qid, _ in rows[:-1]]
+    assert per_query == sorted(per_query) and len(per_query) > 1
+
+
+def test_json_shape() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "P@5", "-m", "GMAP", "-q", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) == {"P@5", "GMAP"}
+    assert round(out["P@5"]["all"], 4) == 0.2667
+    assert len(out["P@5"]) > 1 and set(out["GMAP"]) == {"all"}
+
+
+def test_complete_and_relevance_level_change_the_query_set_and_threshold(tmp_path: Path) -> None:
+    qrels = tmp_path / "qrels"
+    qrels.write_text("1 0 a 2\n1 0 b 1\n2 0 c 1\n")
+    run = tmp_path / "run"
+    run.write_text("1 Q0 a 1 2.0 t\n1 Q0 b 2 1.0 t\n")
+    plain = json.loads(searchmon("eval", str(qrels), str(run), "-m", "P@2", "--json").stdout)
+    complete = json.loads(
+        searchmon("eval", str(qrels), str(run), "-m", "P@2", "-c", "--json").stdout
+    )
+    strict = json.loads(
+        searchmon("eval", str(qrels), str(run), "-m", "P@2", "-l", "2", "--json").stdout
+    )
+    assert plain["P@2"]["all"] == 1.0  # query 2 is not in the run
+    assert complete["P@2"]["all"] == 0.5  # -c: query 2 scores 0
+    assert strict["P@2"]["all"] == 0.5  # -l 2: only "a" is relevant
+
+
+def test_skipped_queries_are_counted_on_stderr(tmp_path: Path) -> None:
+    qrels = tmp_path / "qrels"
+    qrels.write_text("1 0 a 1\n2 0 c 0\n")
+    run = tmp_path / "run"
+    run.write_text("1 Q0 a 1 2.0 t\n2 Q0 c 1 2.0 t\n")
+    done = searchmon("eval", str(qrels), str(run), "-m", "AP(no_rel=skip)", "-m", "AP")
+    assert done.returncode == 0
+    assert summary_lines(done.stdout) == {"AP(no_rel=skip)": 1.0, "AP": 0.5}
+    assert "AP(no_rel=skip): 1 queries without relevant judged documents skipped" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("qrels_text", "run_text", "message"),
+    [
+        ("1 0 a\n", "1 Q0 a 1 1.0 t\n", "qrels:1: expected 4 columns"),
+        ("1 0 a 1\n1 0 b high\n", "1 Q0 a 1 1.0 t\n", "qrels:2: expected an integer relevance"),
+        ("1 0 a 1\n1 0 a 0\n", "1 Q0 a 1 1.0 t\n", "qrels:2: document 'a' judged twice"),
+        ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 b 2\n", "run:2: expected 6 columns"),
+        ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 b 2 nan t\n", "run:2: expected a number as score"),
+        ("1 0 a 1\n1 0 b 99999999999999999999999\n", "1 Q0 a 1 1.0 t\n",
+         "qrels:2: relevance label '99999999999999999999999' is out of range"),
+        ("1 0 a 1\n", "1 Q0 a 1 1.0 t\n1 Q0 a 2 0.5 t\n", "run:2: document 'a' retrieved twice"),
+    ],
+)
+def test_malformed_input_names_file_and_line_and_exits_2(
+    tmp_path: Path, qrels_text: str, run_text: str, message: str
+) -> None:
+    (tmp_path / "qrels").write_text(qrels_text)
+    (tmp_path / "run").write_text(run_text)
+    done = searchmon("eval", str(tmp_path / "qrels"), str(tmp_path / "run"))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_measure_and_missing_file_exit_2(tmp_path: Path) -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "nDCG@x")
+    assert done.returncode == 2 and "expected NAME[(param=value,...)][@k]" in done.stderr
+    done = searchmon("eval", QRELS, RUN, "-m", "AP(denom=min_R_k)@99999999999999999999")
+    assert done.returncode == 2 and "cutoff must be a positive integer (64-bit)" in done.stderr
+    done = searchmon("eval", QRELS, RUN, "-l", "99999999999999999999")
+    assert done.returncode == 2 and "-l: expected an integer (64-bit)" in done.stderr
+    done = searchmon("eval", str(tmp_path / "absent"), RUN)
+    assert done.returncode == 2 and "cannot read" in done.stderr
+    done = searchmon("eval", QRELS, str(tmp_path))  # a directory
+    assert done.returncode == 2 and "cannot read" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_trec_eval_names_print_as_trec_eval_prints_them() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "ndcg_cut.5,10", "-m", "map_cut.5,10",
+                     "-m", "P.5", "-m", "recall.10", "-m", "success.1,5")
+    assert done.returncode == 0, done.stderr
+    # names and values of trec_eval 10's own output, out.test.aq
+    assert summary_lines(done.stdout) == {
+        "ndcg_cut_5": 0.2768, "ndcg_cut_10": 0.3016, "map_cut_5": 0.0154,
+        "map_cut_10": 0.0259, "P_5": 0.2667, "recall_10": 0.0317, "success_1": 0.3333,
+        "success_5": 0.3333,
+    }
+
+
+def test_our_names_print_canonically_and_parse_back() -> None:
+    done = searchmon("eval", QRELS, RUN, "-m", "nDCG(ideal=retrieved, gain=exp)@5", "--json")
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout)) == ["nDCG(gain=exp,ideal=retrieved)@5"]
+
+
+def eval_files(
+    tmp_path: Path, qrels: bytes, run: bytes, *args: str
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "qrels").write_bytes(qrels)
+    (tmp_path / "run").write_bytes(run)
+    return searchmon("eval", str(tmp_path / "qrels"), str(tmp_path / "run"), *args)
+
+
+@pytest.mark.parametrize(
+    ("qrels", "run", "message"),
+    [
+        (b"", b"1 Q0 a 1 1.0 t\n", "qrels: no judgments (the file is empty"),
+        (b"# judged later\n\n  \n", b"1 Q0 a 1 1.0 t\n", "qrels: no judgments"),
+        (b"1 0 a 1\n", b"", "run: no results (the file is empty"),
+        (b"1 0 a 1\n", b"# nothing retrieved\n", "run: no results"),
+        (b"", b"", "qrels: no judgments"),
+        # trec_eval: "No queries with both results and relevance info" (exit 7)
+        (b"1 0 a 1\n", b"2 Q0 a 1 1.0 t\n", "no query of"),
+    ],
+)
+def test_files_without_anything_to_evaluate_exit_2(
+    tmp_path: Path, qrels: bytes, run: bytes, message: str
+) -> None:
+    done = eval_files(tmp_path, qrels, run)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_run_sharing_no_query_with_complete_scores_zero_and_says_so(tmp_path: Path) -> None:
+    done = eval_files(tmp_path, b"1 0 a 1\n", b"2 Q0 a 1 1.0 t\n", "-c", "-m", "P@1")
+    assert done.returncode == 0, done.stderr
+    assert summary_lines(done.stdout) == {"P@1": 0.0}
+    assert "every query scores as an empty ranking" in done.stderr
+
+
+def test_huge_labels_and_scores_are_numbers_not_errors(tmp_path: Path) -> None:
+    qrels = b"1 0 a 5000\n1 0 b 1024\n1 0 c 0\n1 0 d 9223372036854775807\n"
+    # 1e400 overflows to infinity (trec_eval's atof does the same) and ranks first; the
+    # rank column is not read at all
+    run = b"1 Q0 c 1e999 -1e400 t\n1 Q0 b x 1e400 t\n1 Q0 a 3 1.0 t\n"
+    done = eval_files(tmp_path, qrels, run, "-m", "P@1", "-m", "nDCG(gain=exp)", "-q")
+    assert done.returncode == 0, done.stderr
+    assert summary_lines(done.stdout) == {"P@1": 1.0, "nDCG(gain=exp)": 0.0}
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_query_id(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    done = eval_files(tmp_path, bom + b"q1 0 a 1\nq2 0 b 1\n", bom + b"q1 Q0 a 1 1.0 t\n",
+                      "-m", "P@1", "-q")
+    assert done.returncode == 0, done.stderr
+    assert [line.split("\t")[1] for line in done.stdout.splitlines()] == ["q1", "all"]
+
+
+def test_a_query_named_all_keeps_its_values(tmp_path: Path) -> None:
+    qrels = b"all 0 a 1\nq2 0 b 1\n"
+    run = b"all Q0 a 1 1.0 t\nq2 Q0 c 1 1.0 t\n"
+    text = eval_files(tmp_path, qrels, run, "-m", "P@1", "-q")
+    assert text.returncode == 0, text.stderr
+    # trec_eval's format: the query's line, then the summary's
+    assert text.stdout.splitlines() == [
+        "P@1                   \tall\t1.0000",
+        "P@1                   \tq2\t0.0000",
+        "P@1                   \tall\t0.5000",
+    ]
+    assert "a query is named 'all'" in text.stderr
+    as_json = eval_files(tmp_path, qrels, run, "-m", "P@1", "-q", "--json")
+    assert json.loads(as_json.stdout) == {"P@1": {"all (query)": 1.0, "q2": 0.0, "all": 0.5}}
+    assert "listed as 'all (query)'" in as_json.stderr
+    quiet = eval_files(tmp_path, qrels, run, "-m", "P@1")
+    assert quiet.stderr == ""

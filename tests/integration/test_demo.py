@@ -1,0 +1,76 @@
+"""The quick start's first command, run as the README writes it: traffic for every class, and
+the injected regression flagged for its class only."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from monitor.cli.broker import free_port
+from tests.support.files import ROOT
+from tests.support.http import get, scrape
+
+
+def readme_command(marker: str) -> list[str]:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    after = lines[lines.index(f"<!-- {marker} -->") + 1:]
+    command = next(line for line in after if line and not line.startswith("```"))
+    return shlex.split(command)
+
+
+@pytest.mark.serial  # a fixed-length demo must get to its regression
+def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
+    port = free_port()
+    command = [*readme_command("quickstart-demo"), "--listen", f"127.0.0.1:{port}",
+               "--duration", "120"]
+    demo = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    values: dict[str, float] = {}
+    worsened: list[dict[str, Any]] = []
+    page = ""
+    try:
+        deadline = time.monotonic() + 110
+        while time.monotonic() < deadline:
+            values = scrape(port)
+            flag = values.get('search_judged_regression{measure="nDCG@10",'
+                              'query_class="navigational"}')
+            if flag == 1.0:
+                # the worsened queries come with the checkpoint that exported the flag
+                status, body = get(f"http://127.0.0.1:{port}/queries?class=navigational"
+                                   "&list=worsened")
+                if status == 200 and json.loads(body)["worsened"]:
+                    worsened = json.loads(body)["worsened"]
+                    page = get(f"http://127.0.0.1:{port}/?class=navigational")[1]
+                    time.sleep(3)  # one more refresh of the live view
+                    break
+            time.sleep(1)
+    finally:
+        demo.send_signal(signal.SIGINT)
+        output, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 0, output
+    classes = ("navigational", "informational", "product", "local")
+    for klass in classes:
+        assert values[f'search_queries_total{{query_class="{klass}"}}'] > 0, klass
+    flags = {
+        (m["c"], m["m"]): value for key, value in values.items()
+        if (m := re.match(r'search_judged_regression\{measure="(?P<m>[^"]+)",'
+                          r'query_class="(?P<c>[^"]+)"\}', key))
+    }
+    assert flags[("navigational", "nDCG@10")] == 1.0
+    for (klass, measure), value in flags.items():
+        if klass in classes and klass != "navigational":
+            assert value == 0.0, (klass, measure)
+    assert "REGRESSION" in output
+    # the page leads from the regression to the queries that moved
+    first = next(e for e in worsened if (e["source"], e["measure"]) == ("sample", "nDCG@10"))
+    assert first["rows"] and all(r["after"] < r["before"] for r in first["rows"])
+    assert first["rows"][0]["query"] in page and "nDCG@10 worsened: sample" in page
+    assert f"status page http://127.0.0.1:{port}/" in output
+    assert "worsened navigational queries (nDCG@10)" in output

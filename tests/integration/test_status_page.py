@@ -1,0 +1,290 @@
+"""The status page in a real browser: headless Chromium loads it from a running
+``replay --serve``; ``/queries`` and ``searchmon top --url`` over the same endpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.inputs.generate import Regression, Traffic, World, events
+from tests.support.broker import free_port
+from tests.support.events import T0, query
+from tests.support.http import fetch
+
+SEARCHMON = [sys.executable, "-m", "monitor"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``replay --serve`` over 3.2 h of traffic with hourly judged samples and a regression
+    of the navigational class between the last two; yields its base URL."""
+    tmp = tmp_path_factory.mktemp("served")
+    data = tmp / "events.jsonl"
+    data.write_bytes(b"\n".join(m for _, _, m in events(World.build(3), Traffic(
+        seed=3, duration=3.2 * 3600.0, sessions_per_second=1.0, qrels=True,
+        judged_every=3600.0, judged_queries=300,
+        regression=Regression("navigational", T0 + 2.5 * 3600.0),
+    ))) + b"\n")
+    port = free_port()
+    config = tmp / "searchmon.toml"
+    config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+    log = tmp / "replay.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            [*SEARCHMON, "replay", str(data), "--serve", "--config", str(config),
+             "--log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if fetch(base + "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.returncode not in (0, -15):
+            print(log.read_text())
+
+
+def chromium(*arguments: str) -> subprocess.CompletedProcess[str]:
+    browser = shutil.which("chromium")
+    assert browser is not None, "Debian's chromium is installed by ./dev test"
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-dev-shm-usage", f"--user-data-dir={os.environ.get('TMPDIR', '/tmp')}"
+         f"/searchmon-chromium-{os.getpid()}", *arguments],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
+    served: str, tmp_path: Path
+) -> None:
+    status, body = fetch(served + "/queries?class=navigational")
+    assert status == 200
+    report = json.loads(body)
+    worsened = [e for e in report["worsened"] if e["source"] == "sample"]
+    assert worsened, "the regression worsened judged navigational queries"
+    top = next(e for e in report["lists"] if (e["list"], e["window"]) == ("searches", "1h"))
+    url = served + "/?class=navigational"
+    done = chromium("--enable-logging=stderr", "--v=0", "--dump-dom", url)
+    assert done.returncode == 0, done.stderr
+    assert "Content Security Policy" not in done.stderr, "the policy lets the page be as it is"
+    dom = done.stdout
+    assert "<script" not in dom and "searchmon: search quality" in dom
+    assert "Queries: navigational" in dom and "REGRESSION" in dom
+    assert f"sample {worsened[0]['sample_id']} against {worsened[0]['baseline_id']}" in dom
+    assert worsened[0]["rows"][0]["query"] in dom
+    assert top["rows"][0]["query"] in dom and "Top searches without a click" in dom
+    # A person can look at it: the screenshot stays with the test's files.
+    shot = Path(os.environ.get("SEARCHMON_SCREENSHOTS", str(tmp_path))) / "status-page.png"
+    done = chromium("--window-size=1280,2200", f"--screenshot={shot}", url)
+    assert done.returncode == 0, done.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    print(f"status page screenshot: {shot}")
+
+
+def test_queries_filters_and_errors_over_http(served: str) -> None:
+    status, body = fetch(served + "/queries?window=24h&list=zero_results")
+    assert status == 200
+    lists = json.loads(body)["lists"]
+    assert lists and {(e["window"], e["list"]) for e in lists} == {("24h", "zero_results")}
+    assert fetch(served + "/queries?list=nope")[0] == 400
+    assert fetch(served + "/queries?colour=red")[0] == 400
+    status, body = fetch(served + "/?class=no-such-class")
+    assert status == 200 and b"Queries: navigational" in body, "an unknown class: all shown"
+
+
+def test_top_prints_the_lists_of_a_running_endpoint_and_of_a_report(
+    served: str, tmp_path: Path
+) -> None:
+    expected = json.loads(fetch(served + "/queries?class=all&window=1h&list=searches")[1])
+    first = expected["lists"][0]["rows"][0]
+    done = subprocess.run(
+        [*SEARCHMON, "top", "--url", served, "--class", "all", "--window", "1h", "--list",
+         "searches", "--rows", "3"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("top searches · all · last 1h")
+    assert first["query"] in done.stdout and str(first["count"]) in done.stdout
+    assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 4
+    missing = subprocess.run([*SEARCHMON, "top", "--url", f"http://127.0.0.1:{free_port()}"],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "searchmon: http://127.0.0.1" in missing.stderr
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"queries": expected}))
+    offline = subprocess.run([*SEARCHMON, "top", "--report", str(report), "--rows", "3"],
+                             capture_output=True, text=True, timeout=60)
+    assert offline.returncode == 0 and offline.stdout == done.stdout
+
+
+def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
+    """Given twice, the same endpoint stands for two replicas that counted the same traffic:
+    every exact count (error 0) doubles, and the worsened queries come once."""
+    single = json.loads(fetch(served + "/queries?class=all&window=1h&list=searches")[1])
+    exact = [r for r in single["lists"][0]["rows"] if r["error"] == 0][:3]
+    assert exact
+    done = subprocess.run(
+        [*SEARCHMON, "top", "--url", served, "--url", served, "--class", "all", "--window",
+         "1h", "--list", "searches", "--rows", "20"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split("  ")[1].strip(): line for line in done.stdout.splitlines()
+             if line.startswith("  ") and "  " in line[2:]}
+    for row in exact:
+        assert str(2 * row["count"]) in lines[row["query"]], (row, lines.get(row["query"]))
+    state = json.loads(fetch(served + "/queries/state")[1])
+    assert state["capacity"] == 1000 and state["windows"]
+    assert all("sessions" not in part for window in state["windows"]
+               for tally in window["tallies"] for part in tally.values()
+               if isinstance(part, dict)), "no session ids leave the process"
+
+
+def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
+    """A replica answering a state whose parts do not fit (here: a count below its error)
+    is refused with a message, not a traceback."""
+
+    def summary(keys: list[str], counts: list[int], errors: list[int]) -> dict[str, Any]:
+        return {"keys": keys, "counts": counts, "errors": errors, "unseen": 0}
+
+    broken = {
+        "enabled": True, "capacity": 10, "min_sessions": 1, "top": 5, "min_searches": 1,
+        "newest": 1.0, "worsened": [],
+        "windows": [{"window": 3600.0, "start": 0.0, "end": 1.0, "classes": ["all"],
+                     "tallies": [{"searches": summary(["a"], [1], [5]),
+                                  "zero": summary([], [], []),
+                                  "outcomes": summary([], [], []), "clicked": []}]}],
+    }
+
+    with answering(lambda _: (200, json.dumps(broken).encode())) as url:
+        done = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "cannot merge the replicas' query lists" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@contextlib.contextmanager
+def answering(answer: Callable[[str], tuple[int, bytes]]) -> Iterator[str]:
+    """A local HTTP server whose GETs ``answer`` (path -> status, body); yields its URL."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+HOSTILE = ["a\x1b]0;title\x07b", "\x1b[2Jclear", "x\x9by", "cr\rlf", "bidi\u202eevil"]
+"""Texts a terminal would obey: retitle the window, clear it, a C1 CSI, a carriage return,
+a right-to-left override."""
+
+
+def raw_controls(text: str) -> list[str]:
+    """Characters of ``text`` a terminal would act on (but the table's own newlines)."""
+    import unicodedata
+
+    return [c for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")]
+
+
+def test_top_shows_control_characters_of_every_text_escaped(tmp_path: Path) -> None:
+    """Query texts and class names through the pipeline (``replay``), a worsened entry's
+    texts by hand: ``searchmon top`` prints each control character as an escape."""
+    data = tmp_path / "events.jsonl"
+    data.write_bytes(b"\n".join(
+        query(f"e{n}-{s}", 10.0 * n + s, f"s{s}", f"q{n}-{s}", text=text, klass=f"c{text}")
+        for n, text in enumerate(HOSTILE) for s in range(3)
+    ) + b"\n")
+    config = tmp_path / "searchmon.toml"
+    config.write_text("[query_lists]\nmin_sessions = 1\nmin_searches = 1\n")
+    replayed = subprocess.run(
+        [*SEARCHMON, "replay", str(data), "--config", str(config), "--report", "json"],
+        capture_output=True, timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    document = json.loads(replayed.stdout)
+    texts = {row["query"] for entry in document["queries"]["lists"] for row in entry["rows"]}
+    assert any("\x1b" in t for t in texts) and any("\x9b" in t for t in texts), texts
+    document["queries"]["worsened"] = [{
+        "source": "sample", "window": None, "sample_id": "s\x1b]0;owned\x07",
+        "baseline_id": "b\x1b[?1049h", "query_class": "c\x1b[2J", "measure": "nDCG\x9b@10",
+        "rows": [{"query": text, "before": 0.9, "after": 0.1, "delta": -0.8}
+                 for text in HOSTILE],
+    }]
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(document))
+    done = subprocess.run([*SEARCHMON, "top", "--report", str(report), "--rows", "20"],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout.decode()
+    assert raw_controls(shown) == [], shown
+    for escaped in (r"a\x1b]0;title\x07b", r"\x1b[2Jclear", r"x\x9by", r"cr\rlf",
+                    r"bidi\u202eevil", r"s\x1b]0;owned\x07", r"b\x1b[?1049h", r"nDCG\x9b@10"):
+        assert escaped in shown, escaped
+    assert "worsened · c\\x1b[2J" in shown and "· ccr\\rlf · last 1h" in shown  # classes
+
+
+def test_top_escapes_what_an_endpoint_answers(tmp_path: Path) -> None:
+    """A server answering ``/queries`` with such texts, and an error whose body is one:
+    neither reaches the terminal raw."""
+
+    lists = {"enabled": True, "min_sessions": 1, "capacity": 10, "worsened": [], "lists": [{
+        "list": "searches", "window": "1h\x1b[2J", "query_class": "all\u202e",
+        "from": "2026\x07", "to": "x\x9b", "rows": [
+            {"query": text, "count": "9\x1b[31m", "error": 0} for text in HOSTILE
+        ],
+    }]}
+
+    def answer(path: str) -> tuple[int, bytes]:
+        if path == "/queries":
+            return 200, json.dumps(lists).encode()
+        return 500, b"gone\x1b]0;title\x07\x1b[2J"
+
+    with answering(answer) as url:
+        listed = subprocess.run([*SEARCHMON, "top", "--url", url],
+                                capture_output=True, timeout=60)
+        failed = subprocess.run([*SEARCHMON, "top", "--url", url, "--url", url],
+                                capture_output=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert raw_controls(listed.stdout.decode()) == [], listed.stdout
+    assert r"a\x1b]0;title\x07b" in listed.stdout.decode()
+    assert r"9\x1b[31m" in listed.stdout.decode()
+    assert failed.returncode == 2
+    assert raw_controls(failed.stderr.decode()) == [], failed.stderr
+    assert r"500 gone\x1b]0;title\x07\x1b[2J" in failed.stderr.decode()

@@ -1,0 +1,357 @@
+"""The checkpoint codec: versioned JSON that restores exactly, a committed fixture of the
+current format, and bytes from a disk or a topic that can only fail with a clear error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.config import Config
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.generate import Regression, Traffic, World, events
+from monitor.run.coordinator import CheckpointCoordinator
+from monitor.state import codec
+from monitor.state.checkpoint import CheckpointError, DirStore, restore_unit
+from monitor.state.codec import UnitState
+from monitor.state.ledger import Ledger
+from tests.support.files import DATA
+
+CUT = 24000
+FIXTURE = DATA / "checkpoint-v5.ckpt"
+"""A partition's checkpoint written by format 5 (``SEARCHMON_WRITE_GOLDEN=1`` rewrites it):
+the first ``CUT`` messages of ``fixture_stream()`` under the default configuration."""
+FIXTURE_V4 = DATA / "checkpoint-v4.ckpt"
+"""The same, written by format 4 (no query lists, no worsened queries); migrated on read."""
+FIXTURE_V3 = DATA / "checkpoint-v3.ckpt"
+"""The same, written by format 3 (which applied events on arrival); migrated on read."""
+
+
+def fixture_stream() -> list[bytes]:
+    return [line for _, _, line in events(World.build(3), Traffic(
+        seed=3, duration=4 * 3600.0, sessions_per_second=1.0, qrels=True, judged_every=3600.0,
+        judged_queries=40, regression=Regression("navigational", 1.79e9 + 3600.0),
+    ))]
+
+
+def fed(lines: list[bytes]) -> Pipeline:
+    pipeline = Pipeline(Config())
+    for line in lines:
+        pipeline.feed(line)
+    return pipeline
+
+
+def encoded(pipeline: Pipeline, offset: int = 0) -> bytes:
+    return codec.encode("unit", UnitState(
+        "search-events", 0, offset, 1.0, "replica-1", codec.fingerprint(pipeline.config),
+        pipeline.snapshot(),
+    ))
+
+
+def test_the_committed_checkpoint_of_format_5_restores_as_the_stream_it_holds() -> None:
+    """Every later format must read this file (or migrate it): an upgrade keeps the open
+    sessions, windows and baselines of a running deployment."""
+    stream = fixture_stream()
+    if os.environ.get("SEARCHMON_WRITE_GOLDEN"):
+        FIXTURE.write_bytes(encoded(fed(stream[:CUT]), CUT))
+    unit, restored = restore_unit(FIXTURE.read_bytes(), str(FIXTURE), Config())
+    assert (unit.topic, unit.partition, unit.offset, unit.writer) == (
+        "search-events", 0, CUT, "replica-1"
+    )
+    reference = fed(stream[:CUT])
+    assert close(export(restored), export(reference))
+    assert restored.sessions.open_count > 0 and restored.judged.verdicts
+    assert restored.sessions.waiting, "events waiting for the watermark are kept"
+    assert restored.lists is not None and reference.lists is not None
+    assert restored.lists.snapshot() == reference.lists.snapshot()
+    assert restored.lists.open, "queries waiting for their outcome are kept"
+    assert restored.judged.worsened == reference.judged.worsened is not None
+    counts_on(restored, reference, stream[CUT:])
+
+
+def test_the_committed_checkpoint_of_format_4_migrates_with_empty_query_lists() -> None:
+    stream = fixture_stream()
+    unit, restored = restore_unit(FIXTURE_V4.read_bytes(), str(FIXTURE_V4), Config())
+    assert unit.offset == CUT and restored.sessions.waiting
+    assert restored.lists is not None and not restored.lists.open
+    assert restored.judged.worsened is None
+    counts_on(restored, fed(stream[:CUT]), stream[CUT:])
+
+
+def counts_on(restored: Pipeline, reference: Pipeline, rest: list[bytes]) -> None:
+    """The rest of the stream counts the same on both; so do the totals at its end."""
+    for line in rest:
+        restored.feed(line)
+        reference.feed(line)
+    restored.close()
+    reference.close()
+    assert close(export(restored), export(reference))
+
+
+def test_the_committed_checkpoint_of_format_3_migrates_and_counting_goes_on() -> None:
+    """Format 3 applied events on arrival, so its counters at the cut are ahead of this
+    version's (which waits for the watermark); on this in-order stream the totals at the end
+    are the same."""
+    stream = fixture_stream()
+    unit, restored = restore_unit(FIXTURE_V3.read_bytes(), str(FIXTURE_V3), Config())
+    assert unit.offset == CUT and restored.sessions.open_count > 0
+    assert not restored.sessions.waiting
+    counts_on(restored, fed(stream[:CUT]), stream[CUT:])
+
+
+def close(a: object, b: object) -> bool:
+    """Equal, floats within rounding (a later version may add scores up in another order)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9, abs=1e-12)
+    if is_dataclass(a) and is_dataclass(b):
+        return type(a) is type(b) and all(
+            close(getattr(a, f.name), getattr(b, f.name)) for f in fields(a)
+        )
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_a_ledger_round_trips() -> None:
+    ledger = Ledger()
+    ledger.acquire(("events", 0), export(fed(fixture_stream()[:500])), None)
+    ledger.release(("events", 0))
+    ledger.acquire(("events", 1), export(fed(fixture_stream()[:800])), "r")
+    data = codec.encode("ledger", ledger.snapshot())
+    again = Ledger.restore(codec.decode_ledger(data, "test"))
+    assert again == ledger
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"", "bad header"),
+    (b"PK\x03\x04 a zip file", "bad header"),
+    (b"searchmon-checkpoint 2\nabc\n\x80\x05", "checksum"),  # format 2: migrated if whole
+    (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 5"),
+    (b"searchmon-checkpoint 3 ledger\nabc\n{}", "a ledger checkpoint where a unit"),
+    (b"searchmon-checkpoint 3 unit\nabc\n{}", "checksum"),
+])
+def test_what_is_not_a_checkpoint_of_this_version_is_named(data: bytes, problem: str) -> None:
+    with pytest.raises(CheckpointError, match=problem):
+        restore_unit(data, "test", Config())
+
+
+def with_payload(payload: bytes) -> bytes:
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    return b"searchmon-checkpoint 3 unit\n" + digest + b"\n" + payload
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes_fail_only_with_a_checkpoint_error(data: bytes) -> None:
+    for candidate in (data, b"searchmon-checkpoint 3 unit\n" + data, with_payload(data)):
+        with pytest.raises(CheckpointError):
+            restore_unit(candidate, "test", Config())
+
+
+SMALL = encoded(fed(fixture_stream()[:1500]))
+PAYLOAD = SMALL.split(b"\n", 2)[2]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(PAYLOAD) - 1), st.binary(min_size=0, max_size=4)),
+                min_size=1, max_size=4))
+def test_mutated_checkpoints_with_a_valid_checksum_restore_or_fail_clearly(
+    edits: list[tuple[int, bytes]],
+) -> None:
+    """Someone who can write to the state's store: whatever they write, the daemon either
+    restores a state whose parts fit together or says the checkpoint is unusable."""
+    payload = bytearray(PAYLOAD)
+    for position, replacement in edits:
+        payload[position:position + len(replacement) or position + 1] = replacement
+    try:
+        _, pipeline = restore_unit(with_payload(bytes(payload)), "test", Config())
+    except CheckpointError:
+        return
+    export(pipeline)  # what a scrape does with it
+    pipeline.close()
+
+
+def leaf_paths(document: object, ends: bool) -> list[list[str | int]]:
+    """Where the leaves of a JSON document are: every key of an object, the first element of
+    a list (``ends``: and the last)."""
+    paths: list[list[str | int]] = []
+
+    def leaves(node: object, path: list[str | int]) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                leaves(child, [*path, key])
+        elif isinstance(node, list) and node:
+            leaves(node[0], [*path, 0])
+            if ends and len(node) > 1:
+                leaves(node[-1], [*path, len(node) - 1])
+        else:
+            paths.append(path)
+
+    leaves(document, [])
+    return paths
+
+
+VALUES = [10**400, -(10**30), 2**63, 1e308 * 10, "x" * 3, None, [], {}, -1, 0.5]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_every_field_of_a_checkpoint_rejects_values_out_of_range(value: object) -> None:
+    """Each leaf of the document replaced by an extreme or mistyped value (checksum valid)."""
+    paths = leaf_paths(json.loads(PAYLOAD), ends=False)
+    assert len(paths) > 60
+    for path in paths:
+        changed = json.loads(PAYLOAD)
+        node = changed
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = value
+        try:
+            text = json.dumps(changed).encode()
+        except ValueError:
+            continue
+        try:
+            _, pipeline = restore_unit(with_payload(text), "test", Config())
+        except CheckpointError:
+            continue
+        export(pipeline)
+        pipeline.close()
+
+
+@pytest.mark.slow
+def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
+    """Every leaf of a ledger document replaced by a mistyped or extreme value: decoding and
+    rebuilding fail with a clear error, or the ledger adds up."""
+    from monitor.core.snapshots import StateError
+
+    ledger = Ledger()
+    ledger.acquire(("events", 0), export(fed(fixture_stream()[:300])), None)
+    ledger.release(("events", 0))
+    ledger.acquire(("events", 1), export(fed(fixture_stream()[:600])), "r")
+    payload = codec.encode("ledger", ledger.snapshot()).split(b"\n", 2)[2]
+    paths = leaf_paths(json.loads(payload), ends=True)
+    refused = 0
+    for path in paths:
+        for value in (10**30, -1, "x", None, [], [1, 2]):
+            changed = json.loads(payload)
+            node = changed
+            for step in path[:-1]:
+                node = node[step]
+            node[path[-1]] = value
+            text = json.dumps(changed).encode()
+            data = b"searchmon-checkpoint 3 ledger\n" + hashlib.sha256(text).hexdigest().encode()
+            try:
+                restored = Ledger.restore(codec.decode_ledger(data + b"\n" + text, "test"))
+            except (CheckpointError, StateError):
+                refused += 1
+                continue
+            restored.exported({("events", 1)}, None)
+    assert refused > len(paths)
+
+
+FORMAT_2 = DATA / "format2"
+
+
+def test_the_first_releases_state_is_migrated(tmp_path: Path) -> None:
+    """Format 2 (pickled objects): a directory store's checkpoint.bin is split into one file
+    per partition and set aside, each unit migrates as data to the state the current code
+    reaches on the same messages (windows: their scored queries into buckets), and counting
+    goes on exactly; the ledger migrates with the replica's id and its views."""
+    shutil.copy(FORMAT_2 / "checkpoint.bin", tmp_path / "checkpoint.bin")
+    store = DirStore(tmp_path)
+    assert not (tmp_path / "checkpoint.bin").exists()
+    assert (tmp_path / "checkpoint.bin.format2").exists()
+    key = ("search-events", 0)
+    data = store.load({key})[key]
+    unit, migrated = restore_unit(data, "checkpoint of search-events/0", Config(), key)
+    assert (unit.topic, unit.partition, unit.offset, unit.writer) == (*key, CUT, "replica-1")
+    assert DirStore(tmp_path).load({key}) == {key: data}, "the split files stay"
+    stream = fixture_stream()
+    reference = fed(stream[:CUT])
+    got, want = export(migrated), export(reference)
+    assert got.offline is not None and want.offline is not None
+    assert close(got.offline.verdicts, want.offline.verdicts)
+    assert got.offline.last_sample_time == want.offline.last_sample_time
+    for mine, theirs in zip(got.offline.means, want.offline.means, strict=True):
+        assert (mine.slice, mine.measure, mine.source, mine.window) == (
+            theirs.slice, theirs.measure, theirs.source, theirs.window
+        )
+        # format 2 left a window at its exact edge; buckets keep the edge bucket whole
+        assert mine.queries <= theirs.queries
+        assert abs(mine.mean - theirs.mean) <= (
+            (theirs.queries - mine.queries) / theirs.queries + 1e-9
+        )
+    for line in stream[CUT:]:
+        migrated.feed(line)
+        reference.feed(line)
+    migrated.close()
+    reference.close()
+    assert close(export(migrated).slices, export(reference).slices)
+
+    config = Config.model_validate({"state": {"dir": str(tmp_path)}})
+    shutil.copy(FORMAT_2 / "ledger.bin", tmp_path / "ledger.bin")
+    ledger = CheckpointCoordinator(config, discard=False).ledger
+    assert ledger.replica == "replica-1" and list(ledger.views) == [key]
+    assert ledger.exported({key}, None).accepted == reference_accepted(stream[:CUT])
+
+
+def reference_accepted(lines: list[bytes]) -> int:
+    return fed(lines).health.accepted
+
+
+def test_a_format_2_file_can_name_no_other_class(tmp_path: Path) -> None:
+    """The migration's unpickler builds no object of any class: a file that would run code
+    when unpickled is refused, and nothing runs."""
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    payload = pickle.dumps({("search-events", 0): Exploit()}, protocol=5)
+    data = b"searchmon-checkpoint 2\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+    (tmp_path / "checkpoint.bin").write_bytes(data + payload)
+    with pytest.raises(CheckpointError, match="format 2 has no"):
+        DirStore(tmp_path)
+    assert not marker.exists()
+
+
+def test_a_counter_added_to_the_catalogue_reads_0_from_state_written_before() -> None:
+    """A new online counter is an entry at the end of the catalogue: checkpoints and ledger
+    exports written before it restore with it at 0, with no migration."""
+    from dataclasses import replace
+
+    from monitor.core.export import check, export, padded
+    from monitor.core.online import CountersState
+
+    pipeline = fed(fixture_stream()[:400])
+    state = pipeline.snapshot()
+    counts = {k: v for k, v in state.counters.counts.items() if k != "reformulated_queries"}
+    histograms = {k: v for k, v in state.counters.histograms.items()
+                  if k != "first_click_reciprocal_rank"}
+    earlier = replace(state, counters=CountersState(counts, histograms))
+    restored = Pipeline.restore(Config(), earlier)
+    classes = len(restored.classes.names)
+    assert restored.counters.reformulated_queries == [0] * classes
+    assert restored.counters.first_click_reciprocal_rank.counts[0] == [0] * len(
+        restored.counters.first_click_reciprocal_rank.counts[0])
+    assert restored.counters.queries == pipeline.counters.queries
+    figures = export(pipeline)
+    shorter = replace(figures, slices=tuple(
+        replace(part, counts=part.counts[:-1], histograms=part.histograms[:-1])
+        for part in figures.slices
+    ))
+    check(shorter)
+    for before, after in zip(figures.slices, padded(shorter).slices, strict=True):
+        assert after.counts == (*before.counts[:-1], 0)
+        assert len(after.histograms) == len(before.histograms)

@@ -1,0 +1,112 @@
+"""Golden tests: every measure we support equals trec_eval 10's own expected output.
+
+The expected files are trec_eval's test data (see tests/data/README.md); each line is
+``measure<TAB>query<TAB>value`` printed with %.4f.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from monitor.offline.evaluate import Evaluation, evaluate
+from monitor.offline.spec import MeasureSpec
+from monitor.offline.trec import parse_qrels, parse_run
+from tests.support.files import DATA
+
+_CUT = re.compile(r"^(P|recall|map_cut|ndcg_cut|success|unj)_(\d+)$")
+_PLAIN = {"map": "AP", "ndcg": "nDCG", "recip_rank": "RR", "Rprec": "Rprec", "bpref": "bpref"}
+_CUT_NAMES = {
+    "P": "P", "recall": "R", "map_cut": "AP", "ndcg_cut": "nDCG", "success": "Success",
+    "unj": "Judged",
+}
+
+# one line of a trec_eval output: its measure name, the query id, our spec, the value
+_Row = tuple[str, str, MeasureSpec, float]
+
+
+def _ours(trec_name: str) -> MeasureSpec | None:
+    if trec_name in _PLAIN:
+        return MeasureSpec(_PLAIN[trec_name])
+    if trec_name == "gm_map":
+        return MeasureSpec("GMAP")
+    cut = _CUT.match(trec_name)
+    if cut:
+        return MeasureSpec(_CUT_NAMES[cut[1]], cutoff=int(cut[2]))
+    return None
+
+
+def _expected(name: str) -> list[_Row]:
+    rows = []
+    for line in (DATA / name).read_text().splitlines():
+        trec_name, qid, value = (part.strip() for part in line.split("\t"))
+        spec = _ours(trec_name)
+        if spec is not None:
+            rows.append((trec_name, qid, spec, float(value)))
+    return rows
+
+
+def _evaluate(qrels: str, run: str, rows: list[_Row], *, complete: bool, rel: int) -> Evaluation:
+    specs = sorted({spec for _, _, spec, _ in rows}, key=str)
+    return evaluate(
+        parse_qrels((DATA / qrels).read_bytes(), qrels),
+        parse_run((DATA / run).read_bytes(), run),
+        [s.with_relevance_level(rel) for s in specs],
+        complete=complete,
+    )
+
+
+CASES = [
+    ("out.test.aq", "qrels.test", "results.test", False, 1),
+    ("out.test.aqc", "qrels.test", "results.trunc", True, 1),
+    ("out.test.aql", "qrels.rel_level", "results.test", False, 2),
+]
+
+
+@pytest.mark.parametrize(("expected", "qrels", "run", "complete", "rel"), CASES)
+def test_every_supported_measure_matches_trec_eval(
+    expected: str, qrels: str, run: str, complete: bool, rel: int
+) -> None:
+    rows = _expected(expected)
+    evaluation = _evaluate(qrels, run, rows, complete=complete, rel=rel)
+    num_ret = {r[1]: r[2] for r in _raw(expected) if r[0] == "num_ret"}
+    checked = 0
+    mismatches = []
+    for trec_name, qid, spec, value in rows:
+        spec = spec.with_relevance_level(rel)
+        if trec_name.startswith("unj_"):
+            # unj_k = 1 - Judged@k when at least k documents were retrieved; below that
+            # trec_eval pads with judged documents while Judged@k divides by k.
+            if qid == "all" and min(num_ret.values()) < spec.cutoff:  # type: ignore[operator]
+                continue
+            if qid != "all" and num_ret[qid] < spec.cutoff:  # type: ignore[operator]
+                continue
+            value = 1.0 - value
+        if qid == "all":
+            ours = evaluation.summary[spec]
+        else:
+            ours = float(evaluation.values[spec][evaluation.query_ids.index(qid)])
+        assert ours is not None and not math.isnan(ours)
+        if f"{ours:.4f}" != f"{value:.4f}":
+            mismatches.append((trec_name, qid, f"{ours:.4f}", f"{value:.4f}"))
+        checked += 1
+    assert mismatches == []
+    assert checked > 150
+
+
+def _raw(name: str) -> list[tuple[str, str, float]]:
+    rows = []
+    for line in (DATA / name).read_text().splitlines():
+        trec_name, qid, value = (part.strip() for part in line.split("\t"))
+        if trec_name == "num_ret":
+            rows.append((trec_name, qid, float(value)))
+    return rows
+
+
+def test_complete_flag_scores_the_missing_query_zero_and_counts_it() -> None:
+    rows = _expected("out.test.aqc")
+    evaluation = _evaluate("qrels.test", "results.trunc", rows, complete=True, rel=1)
+    assert evaluation.query_ids == ["301", "302", "303"]
+    assert float(evaluation.values[MeasureSpec("AP", rel=1)][1]) == 0.0

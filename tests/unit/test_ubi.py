@@ -1,0 +1,108 @@
+"""UBI data as OpenSearch users have it: ``_bulk`` exports in index order, queries without
+``session_id``, impressions instead of hit ids, 0-based ordinals, integer ids; the numbers
+computed by hand, the same from replay in any order (and from ``searchmon run``:
+tests/integration/test_ubi.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.cli.replay import replay_files
+from monitor.config import Config
+from monitor.core.export import export
+from monitor.core.pipeline import RejectionLog
+from monitor.inputs import files as replay_module
+from monitor.serve.report import report
+from tests.support.ubi import EVENTS, EXPECTED, QUERIES
+
+
+def bulk(documents: list[tuple[str, dict[str, Any]]]) -> bytes:
+    lines = []
+    for index, document in documents:
+        lines.append(json.dumps({"index": {"_index": index, "_id": uuid.uuid4().hex}}))
+        lines.append(json.dumps(document))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def replayed(tmp: Path, files: dict[str, bytes]) -> dict[str, Any]:
+    paths = []
+    for name, data in files.items():
+        (tmp / name).write_bytes(data)
+        paths.append(tmp / name)
+    pipeline = replay_files(Config(), paths, [], RejectionLog(0))
+    result = report(pipeline)
+    assert result["rejected"] == {}
+    assert (result["unmatched_clicks"], result["ignored_actions"]) == (0, 1)
+    return result
+
+
+def check(result: dict[str, Any]) -> None:
+    entry = result["online"]["all"]
+    for key, value in EXPECTED.items():
+        assert abs(entry[key] - value) < 1e-12, (key, entry[key], value)
+
+
+def test_a_bulk_export_in_index_order_gives_the_hand_computed_metrics(tmp_path: Path) -> None:
+    """All queries first, then all events, as `_bulk` exports are: the replay sorts by event
+    time (the events are an hour behind the last query), sessions come from the queries'
+    client ids, each event reaches its query through query_id whatever its session_id."""
+    data = bulk([("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS])
+    check(replayed(tmp_path, {"ubi.ndjson": data}))
+
+
+def test_any_order_and_any_split_into_files_gives_the_same_numbers(tmp_path: Path) -> None:
+    documents = [("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS]
+    for seed in range(5):
+        random.Random(seed).shuffle(documents)
+        check(replayed(tmp_path, {"shuffled.ndjson": bulk(documents)}))
+    plain = {
+        "queries.jsonl": b"".join(json.dumps(q).encode() + b"\n" for q in QUERIES),
+        "events.jsonl": b"".join(json.dumps(e).encode() + b"\n" for e in EVENTS),
+    }
+    check(replayed(tmp_path, plain))
+
+
+def test_a_large_unordered_input_is_sorted_in_bounded_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of RUN_LINES lines are sorted, spilled to temporary files and merged: the
+    numbers equal those of the in-memory sort."""
+    documents = [("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS]
+    data = bulk(documents[::-1])  # newest first: far out of order
+    check(replayed(tmp_path, {"reversed.ndjson": data}))
+    monkeypatch.setattr(replay_module, "RUN_LINES", 3)
+    spilled: list[Path] = []
+    real_spill = replay_module._spill
+
+    def spill(run: Any, path: Path) -> Any:
+        spilled.append(path)
+        return real_spill(run, path)
+
+    monkeypatch.setattr(replay_module, "_spill", spill)
+    check(replayed(tmp_path, {"reversed.ndjson": data}))
+    assert len(spilled) == 4, "14 documents in runs of 3 (the last 2 stay in memory)"
+
+
+def test_impressions_rebuild_the_served_list_for_the_qrels_join(tmp_path: Path) -> None:
+    """`laptop` logged no hit ids; its impressions showed 101, 102, 103 (ordinals 0 to 2).
+    With qrels judging 102 relevant, the live join scores that rebuilt list: RR 1/2,
+    P@5 1/5. `phone` (no qrels) and `laptop bag` (no qrels) are not joined."""
+    qrels = {"type": "qrels", "timestamp": "2026-11-22T09:00:00Z", "query_text": "laptop",
+             "labels": {"101": 0, "102": 2, "103": 0}}
+    data = bulk([("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS])
+    (tmp_path / "ubi.ndjson").write_bytes(json.dumps(qrels).encode() + b"\n" + data)
+    pipeline = replay_files(Config(), [tmp_path / "ubi.ndjson"], [], RejectionLog(0))
+    figures = export(pipeline).offline
+    assert figures is not None
+    live = {
+        (m.measure, m.window): (m.mean, m.queries) for m in figures.means
+        if m.source == "live" and m.slice == ("all",) and m.queries
+    }
+    assert live[("RR", 3600.0)] == (0.5, 1)
+    assert live[("P@5", 3600.0)] == (0.2, 1)
