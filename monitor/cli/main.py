@@ -6,6 +6,7 @@ import argparse
 import logging
 import mmap
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -370,7 +371,18 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from monitor.cli.demo import run_demo  # the broker and kafka-python load only for the demo
+    from monitor.config import HttpConfig
 
+    address = HttpConfig(listen=args.listen).address
+    try:  # refused at once, before the broker and the daemon start behind it
+        with socket.create_server(address):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"cannot listen on {args.listen} "
+            f"({os.strerror(error.errno) if error.errno else error}): another process has it; "
+            "choose another address with --listen 127.0.0.1:PORT"
+        ) from None
     setup_logging(args, "warning")
     logging.getLogger("kafka").setLevel(logging.ERROR)  # its notices would cut the live view
     return run_demo(

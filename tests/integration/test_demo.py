@@ -74,3 +74,19 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
     assert first["rows"][0]["query"] in page and "nDCG@10 worsened: sample" in page
     assert f"status page http://127.0.0.1:{port}/" in output
     assert "worsened navigational queries (nDCG@10)" in output
+
+
+def test_the_demo_refuses_a_busy_port_in_one_line() -> None:
+    """Was: a traceback, then a live view of zeros saying the broker was disconnected."""
+    import socket
+    import sys
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", "demo", "--listen", f"127.0.0.1:{port}",
+             "--duration", "5"], capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "--listen" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
