@@ -72,7 +72,8 @@ class Query(TypedDict):
     session_id: ReadOnly[str]
     query_id: ReadOnly[str]
     query_text: ReadOnly[str]
-    result_ids: ReadOnly[list[str]]
+    result_ids: NotRequired[ReadOnly[list[str]]]
+    """Required unless ``results_known`` is false (the list was not logged)."""
     result_count: NotRequired[ReadOnly[NonNegativeInt | None]]
     query_class: NotRequired[ReadOnly[str | None]]
     latency_ms: NotRequired[ReadOnly[NonNegative | None]]
@@ -153,7 +154,8 @@ class QueryEvent(msgspec.Struct, tag_field="type", tag="query", frozen=True, gc=
     session_id: str
     query_id: str
     query_text: str
-    result_ids: list[str]
+    result_ids: list[str] = msgspec.field(default_factory=list)
+    """Required unless ``results_known`` is false (``NativeDecoder`` checks)."""
     result_count: _Count | None = None
     query_class: str | None = None
     latency_ms: _Milliseconds | None = None

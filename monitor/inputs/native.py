@@ -26,6 +26,7 @@ from monitor.inputs.events import (
     LiveEvent,
     Native,
     Qrels,
+    QueryEvent,
     Reason,
     Rejection,
 )
@@ -103,6 +104,13 @@ class NativeDecoder:
             event: Native = decode_live(data)
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._validated(data)
+        if type(event) is QueryEvent and not event.result_ids:
+            contradiction = _unlisted(event, data)
+            if contradiction is not None:
+                return contradiction
+        elif type(event) is QueryEvent and not event.results_known:
+            return Rejection(Reason.SCHEMA, "query.result_ids: given with results_known false "
+                             "(the list was not logged: leave it out)")
         stamp = event.timestamp
         if type(stamp) is int:  # in range: msgspec checked it
             return stamp / 1000.0, event
@@ -117,6 +125,14 @@ class NativeDecoder:
         if decoded["type"] == "judgment" or decoded["type"] == "qrels":
             return self._judged(decoded)
         live = as_live(decoded)
+        if type(live) is QueryEvent:
+            if not live.result_ids:
+                contradiction = _unlisted(live, data)
+                if contradiction is not None:
+                    return contradiction
+            elif not live.results_known:
+                return Rejection(Reason.SCHEMA, "query.result_ids: given with results_known "
+                                 "false (the list was not logged: leave it out)")
         time = self.timestamps.read(live.timestamp)
         return time if type(time) is Rejection else (time, live)
 
@@ -139,6 +155,15 @@ class NativeDecoder:
         if len(set(ranking)) != len(ranking):
             return Rejection(Reason.SCHEMA, "ranking names a document twice")
         return JudgedMessage(time, event, ranking)
+
+
+def _unlisted(event: QueryEvent, data: bytes) -> Rejection | None:
+    """A query with no result ids: an empty list (no results), or none at all, which only a
+    query whose list was not logged (``results_known`` false) may leave out."""
+    if event.results_known and b'"result_ids"' not in data:
+        return Rejection(Reason.SCHEMA, "query.result_ids: Field required (leave it out only "
+                         "with results_known false)")
+    return None
 
 
 def ranked(ranking: list[str], scores: dict[str, float] | None) -> list[str]:

@@ -269,3 +269,32 @@ def test_a_new_input_format_is_one_module_and_its_name_in_formats(
     assert pipeline.health.accepted == 2
     with pytest.raises(Exception, match="unknown: nothing"):
         parse_config('[input]\nformats = ["nothing"]')
+
+
+def test_a_query_whose_results_were_not_logged_needs_no_result_ids() -> None:
+    """``results_known: false`` (a click log without its result lists): no ``result_ids``
+    needed, no impressions, not a zero-result query. A list given with it contradicts it,
+    and without ``results_known: false`` the list is required; both are ``schema``."""
+    from monitor.config import parse_config
+    from monitor.core.pipeline import Pipeline
+    from monitor.serve.report import report
+
+    unlogged = json.loads(query("u1", 0, "s1", "q1", klass="web"))
+    del unlogged["result_ids"]
+    unlogged["results_known"] = False
+    event = decode(json.dumps(unlogged).encode())
+    assert isinstance(event, QueryEvent) and event.result_ids == [] and not event.results_known
+    pipeline = Pipeline(parse_config(""))
+    assert pipeline.feed(json.dumps(unlogged).encode()) is None
+    pipeline.close()
+    web = report(pipeline)["online"]["web"]
+    assert (web["queries"], web["zero_result_queries"], web["result_impressions"]) == (1, 0, 0)
+    for document, problem in [
+        ({**unlogged, "results_known": True}, "Field required"),
+        ({k: v for k, v in unlogged.items() if k != "results_known"}, "Field required"),
+        ({**unlogged, "result_ids": ["d1"]}, "given with results_known false"),
+        ({**unlogged, "result_ids": ["d1"], "page": "2"}, "given with results_known false"),
+    ]:
+        rejected = decode(json.dumps(document).encode())
+        assert isinstance(rejected, Rejection) and rejected.reason is Reason.SCHEMA, document
+        assert problem in rejected.detail and "result_ids" in rejected.detail, rejected
