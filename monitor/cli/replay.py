@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from monitor.cli.common import EXIT_OK, UsageError, load, setup_logging, wait_for_signal
@@ -35,22 +36,23 @@ def replay_files(
     again on all the event files sorted by event time, in bounded memory (runs of
     ``RUN_LINES`` lines in temporary files, merged), and says so in the log.
     """
+    now = time.time()  # the last events of a log are judged against it (see ``feed``)
     pipeline = Pipeline(config)
     attempt = RejectionLog(log.limit, deferred=True)
     try:
         for path in events:
-            feed(pipeline, lines(path), attempt, in_order=True)
+            feed(pipeline, lines(path), attempt, in_order=True, now=now)
     except OutOfOrder as where:
         logger.info("%s: not in event time order; replaying the events sorted by event time",
                     where)
         pipeline = Pipeline(config)
-        feed(pipeline, sorted_lines(events), log)
+        feed(pipeline, sorted_lines(events), log, now=now)
     else:
         attempt.flush_into(log)
     if judgments:
         pipeline.offline_tick(pipeline.sessions.newest, False)
     for number, path in enumerate(judgments, 1):
-        feed(pipeline, lines(path), log)
+        feed(pipeline, lines(path), log, now=now)
         # the same rule as the daemon's after each batch: with the last file read, no
         # judgment waits any more
         pipeline.offline_tick(pipeline.sessions.newest, number == len(judgments))

@@ -20,7 +20,8 @@ class OutOfOrder(Exception):
 
 
 def feed(
-    pipeline: Pipeline, lines: Iterable[Line], log: RejectionLog, in_order: bool = False
+    pipeline: Pipeline, lines: Iterable[Line], log: RejectionLog, in_order: bool = False,
+    now: float | None = None,
 ) -> None:
     """Feed ``lines`` to the pipeline, logging rejections with file:line; with ``in_order``,
     raise ``OutOfOrder`` at the first event further behind the newest one than the allowed
@@ -34,6 +35,9 @@ def feed(
     before is rejected as ``future_timestamp`` (at the end of the input, one at a time,
     each against those after it). One clock, however wrong, cannot move that median; a log
     that resumes after a long pause is judged by the events after the pause, and admitted.
+    The last events of the input have none after them: with ``now`` (the wall clock, as
+    ``run`` judges live events), they are judged against it instead, so a log whose last
+    event follows a pause loses nothing (and nothing is after it to be made late).
     """
     read, admit, sessions = pipeline.read, pipeline.admit, pipeline.sessions
     ahead = pipeline.config.sessions.max_future
@@ -61,13 +65,13 @@ def feed(
         held.append((source, number, result))
         times.append(time)
         if len(held) == AHEAD + BATCH:
-            limit = _admit(pipeline, held, times, BATCH, limit, log)
+            limit = _admit(pipeline, held, times, BATCH, limit, log, now)
             if max(times) <= limit:  # nothing is ahead any more: admitted at once
-                limit = _admit(pipeline, held, times, len(held), limit, log)
+                limit = _admit(pipeline, held, times, len(held), limit, log, now)
             if in_order and sessions.behind:
                 raise OutOfOrder(f"{source}:{number}")
     while held:
-        limit = _admit(pipeline, held, times, 1, limit, log)
+        limit = _admit(pipeline, held, times, 1, limit, log, now)
     if in_order and sessions.behind:
         raise OutOfOrder("the end of the input")
     sessions.horizon = float("inf")
@@ -75,14 +79,17 @@ def feed(
 
 def _admit(
     pipeline: Pipeline, held: list[tuple[str, int, Read]], times: list[float], count: int,
-    limit: float, log: RejectionLog,
+    limit: float, log: RejectionLog, now: float | None = None,
 ) -> float:
     """Admit the first ``count`` messages held, judged against those after them and against
     ``limit`` (the newest event admitted before, plus max_future); returns the new limit."""
     sessions, admit = pipeline.sessions, pipeline.admit
     ahead = pipeline.config.sessions.max_future
     later = sorted(times[count:])
-    horizon = max(later[len(later) // 2] + ahead if later else float("-inf"), limit)
+    around = (
+        later[len(later) // 2] if later else now if now is not None else float("-inf")
+    )
+    horizon = max(around + ahead, limit)
     sessions.horizon = float("inf") if horizon == float("-inf") else horizon  # a lone event
     for (source, number, item), time in zip(held[:count], times[:count], strict=True):
         rejection = admit(item)

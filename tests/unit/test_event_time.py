@@ -4,6 +4,7 @@ blank a partition."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,24 @@ def test_timestamps_of_the_usual_form_read_as_fromisoformat_reads_them(
     got = None if isinstance(read, Rejection) else read
     assert (got is None) == (want is None), stamp
     assert got is None or want is None or abs(got - want) < 1e-6, stamp
+
+
+def test_the_last_event_of_a_log_after_a_long_pause_is_not_lost(tmp_path: Path) -> None:
+    """A log whose last query comes 40 minutes after the one before (past max_future, 5 min):
+    with nothing after it to judge it by, it is judged against the wall clock, as ``run``
+    judges live events, and counted. An event stamped beyond the wall clock still is not."""
+    from monitor.cli.replay import replay_files
+    from tests.support.events import query
+
+    lines = [query(f"e{i}", 10.0 * i, f"s{i}", f"q{i}", klass="web") for i in range(20)]
+    lines.append(query("late", 190.0 + 2400.0, "s-late", "q-late", klass="web"))
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    pipeline = replay_files(parse_config(""), [path], [], RejectionLog(0))
+    assert report(pipeline)["online"]["web"]["queries"] == 21
+    assert pipeline.health.rejected[Reason.FUTURE_TIMESTAMP] == 0
+    ahead = json.dumps({**json.loads(lines[0]), "event_id": "x",
+                        "timestamp": "2100-01-01T00:00:00Z"}).encode()
+    path.write_bytes(b"\n".join([*lines, ahead]) + b"\n")
+    pipeline = replay_files(parse_config(""), [path], [], RejectionLog(0))
+    assert pipeline.health.rejected[Reason.FUTURE_TIMESTAMP] == 1
