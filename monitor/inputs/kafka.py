@@ -198,6 +198,10 @@ class KafkaSource:
             return None
         return str(found) if found is not None and found.int != 0 else None
 
+    def member_id(self) -> str:
+        """The member id the group gave this consumer (a new one at each join)."""
+        return str(self.consumer.group_metadata().member_id or "")
+
     def membership(self) -> tuple[int, bool]:
         """The group generation this consumer holds, and whether it is a member at all
         (False once a heartbeat or commit told it that it fell out of the group)."""

@@ -173,8 +173,10 @@ class Daemon:
         self.generation: int | None = None
         """The group generation the owned partitions are held under (None: none yet, or
         membership lost and not yet regained)."""
-        self._fenced: int | None = None
-        """The generation this replica fell out of: partitions wait for a newer one."""
+        self._fenced: tuple[int, str] | None = None
+        """The membership (generation, member id) this replica fell out of: partitions wait
+        for another one (a new join; generation numbers alone restart with a group that the
+        coordinator forgot)."""
         self.pauses: PauseWatch | None = None
         """Started with the loop (after the state process: fork needs a single thread)."""
         kafka = config.kafka
@@ -331,7 +333,9 @@ class Daemon:
             return new
         _hold(source, batch, new)  # not read yet, as far as the worker knows
         generation = source.generation()
-        if generation is None or (self._fenced is not None and generation <= self._fenced):
+        if generation is None or (
+            self._fenced is not None and (generation, source.member_id()) == self._fenced
+        ):
             source.pause(new)  # not a member of a stable generation yet: nothing is counted
             return new
         self.generation, self._fenced = generation, None
@@ -434,7 +438,9 @@ class Daemon:
             self.lag.pop(key, None)
         self.owned = set()
         self.coordinator.released(gone, self.owned)
-        self._fenced = self.generation if self.generation is not None else -1
+        self._fenced = (
+            self.generation if self.generation is not None else -1, source.member_id()
+        )
         self.generation = None
         for tp in batch:  # what was fetched is read again by whoever owns it
             batch[tp] = []
