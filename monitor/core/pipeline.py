@@ -31,7 +31,6 @@ from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
     SESSION_OF_QUERY,
     ClickEvent,
-    ConversionEvent,
     DwellEvent,
     IgnoredAction,
     ImpressionEvent,
@@ -92,7 +91,6 @@ class LiveQuery:
 
 
 Forwarded = LiveQuery | JudgedMessage
-LIVE = (QueryEvent, ClickEvent, DwellEvent, ConversionEvent, ImpressionEvent)
 Read = tuple[Accepted, Live] | JudgedMessage
 """A message ``Pipeline.read`` decoded and validated, for ``Pipeline.admit``."""
 

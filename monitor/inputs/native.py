@@ -104,13 +104,10 @@ class NativeDecoder:
             event: Native = decode_live(data)
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._validated(data)
-        if type(event) is QueryEvent and not event.result_ids:
+        if type(event) is QueryEvent and (not event.result_ids or not event.results_known):
             contradiction = _unlisted(event, data)
             if contradiction is not None:
                 return contradiction
-        elif type(event) is QueryEvent and not event.results_known:
-            return Rejection(Reason.SCHEMA, "query.result_ids: given with results_known false "
-                             "(the list was not logged: leave it out)")
         stamp = event.timestamp
         if type(stamp) is int:  # in range: msgspec checked it
             return stamp / 1000.0, event
@@ -126,13 +123,9 @@ class NativeDecoder:
             return self._judged(decoded)
         live = as_live(decoded)
         if type(live) is QueryEvent:
-            if not live.result_ids:
-                contradiction = _unlisted(live, data)
-                if contradiction is not None:
-                    return contradiction
-            elif not live.results_known:
-                return Rejection(Reason.SCHEMA, "query.result_ids: given with results_known "
-                                 "false (the list was not logged: leave it out)")
+            contradiction = _unlisted(live, data)
+            if contradiction is not None:
+                return contradiction
         time = self.timestamps.read(live.timestamp)
         return time if type(time) is Rejection else (time, live)
 
@@ -158,11 +151,15 @@ class NativeDecoder:
 
 
 def _unlisted(event: QueryEvent, data: bytes) -> Rejection | None:
-    """A query with no result ids: an empty list (no results), or none at all, which only a
-    query whose list was not logged (``results_known`` false) may leave out."""
-    if event.results_known and b'"result_ids"' not in data:
-        return Rejection(Reason.SCHEMA, "query.result_ids: Field required (leave it out only "
-                         "with results_known false)")
+    """A query's result ids against ``results_known``: only a query whose list was not
+    logged may leave them out, and it may not give them."""
+    if event.results_known:
+        if not event.result_ids and b'"result_ids"' not in data:
+            return Rejection(Reason.SCHEMA, "query.result_ids: Field required (leave it out "
+                             "only with results_known false)")
+    elif event.result_ids:
+        return Rejection(Reason.SCHEMA, "query.result_ids: given with results_known false "
+                         "(the list was not logged: leave it out)")
     return None
 
 
