@@ -339,7 +339,7 @@ class Daemon:
             source.pause(new)  # not a member of a stable generation yet: nothing is counted
             return new
         self.generation, self._fenced = generation, None
-        worker.send(Assign(frozenset(new)))
+        worker.send(Assign(frozenset(new), generation))
         self._assigning = frozenset(new)
         source.pause(new)
         _hold(source, batch, current)

@@ -88,6 +88,8 @@ class Restored:
 @dataclass(frozen=True)
 class Assign:
     keys: frozenset[Key]
+    generation: int = -1
+    """The group generation that assigned them."""
 
 
 @dataclass(frozen=True)
@@ -230,8 +232,8 @@ class PartitionStates:
         match request:
             case Process(parts, caught_up, horizon):
                 return Processed(self.process(parts, caught_up, horizon), dict(self.offsets))
-            case Assign(keys):
-                return Assigned(self.assign(set(keys)), dict(self.offsets))
+            case Assign(keys, generation):
+                return Assigned(self.assign(set(keys), generation), dict(self.offsets))
             case Rewind(keys):
                 self.rewind(set(keys))
                 return Rewound(dict(self.offsets))
@@ -245,9 +247,11 @@ class PartitionStates:
 
     # --- partitions come and go ------------------------------------------------------------
 
-    def assign(self, keys: set[Key]) -> dict[Key, Restored]:
+    def assign(self, keys: set[Key], generation: int = -1) -> dict[Key, Restored]:
         restored = {key: self.checked.pop(key) for key in keys if key in self.checked}
-        restored |= self._decode(self.store.load(keys - self.units.keys() - restored.keys()))
+        restored |= self._decode(
+            self.store.load(keys - self.units.keys() - restored.keys(), generation)
+        )
         answers: dict[Key, Restored] = {}
         for key in sorted(keys - self.units.keys()):
             unit = restored.get(key)

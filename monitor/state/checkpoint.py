@@ -164,8 +164,9 @@ def forget_inherited_lock() -> None:
 
 
 class Store(Protocol):
-    def load(self, keys: set[Key]) -> dict[Key, bytes]:
-        """The newest checkpoint of each of ``keys`` that has one."""
+    def load(self, keys: set[Key], generation: int = -1) -> dict[Key, bytes]:
+        """The newest checkpoint of each of ``keys`` that has one; ``generation``: the
+        consumer group generation that assigned them (-1: unknown)."""
         ...
 
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
@@ -211,7 +212,7 @@ class DirStore:
     def path(self, key: Key) -> Path:
         return self.directory / f"{key[0]}-{key[1]}{SUFFIX}"
 
-    def load(self, keys: set[Key]) -> dict[Key, bytes]:
+    def load(self, keys: set[Key], generation: int = -1) -> dict[Key, bytes]:
         return {key: self.units[key] for key in keys if key in self.units}
 
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
@@ -254,10 +255,13 @@ class KafkaStore:
         self._producer: KafkaProducer | None = None
         self._created = False
 
-    def load(self, keys: set[Key]) -> dict[Key, bytes]:
+    def load(self, keys: set[Key], generation: int = -1) -> dict[Key, bytes]:
         """The checkpoint of each of ``keys`` written under the highest group generation
         (the newest of those): one a fenced replica wrote late, under a generation the group
-        had left, is ignored."""
+        had left, is ignored. Chunks no chosen manifest names, written under a generation
+        before ``generation`` (the one that assigned ``keys``), are deleted: a write a crash
+        interrupted. Those of ``generation`` or later may be another member's write in
+        progress (this assignment may already be stale), and stay."""
         self._create_topic()
         manifests: dict[Key, dict[bytes, tuple[int, str, int]]] = {}
         chunks: dict[bytes, bytes] = {}
@@ -283,8 +287,8 @@ class KafkaStore:
                 continue
             # the highest generation wins; within one, dict order is log order (newest last)
             newest = max(enumerate(held.items()), key=lambda item: (item[1][1][0], item[0]))
-            _, (_, (group, generation, count)) = newest
-            names = [_chunk_key(unit, generation, i) for i in range(count)]
+            _, (_, (group, chunk_set, count)) = newest
+            names = [_chunk_key(unit, chunk_set, i) for i in range(count)]
             missing = [name for name in names if name not in chunks]
             if missing:
                 raise CheckpointError(
@@ -292,15 +296,16 @@ class KafkaStore:
                     f"{len(missing)} of its {count} chunks"
                 )
             found[unit] = b"".join(chunks.pop(name) for name in names)
-            self.generations[unit] = (generation, count)
+            self.generations[unit] = (chunk_set, count)
             self.manifests[unit] = set(held)
             if len(held) > 1:
                 log.info("%s/%d: restored the checkpoint of group generation %d; %d other "
                          "manifests are stale", *unit, group, len(held) - 1)
-        # chunks no chosen manifest names (a write interrupted by a crash, a stale write)
+        # chunks no chosen manifest names: a write interrupted by a crash, a stale write
         producer = self._producer_()
         for name in chunks:
-            producer.send(self.topic, key=name, value=None, partition=0)
+            if _chunk_group(name) < generation:
+                producer.send(self.topic, key=name, value=None, partition=0)
         return found
 
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
@@ -308,7 +313,7 @@ class KafkaStore:
         previous = {}
         stale: list[bytes] = []
         for unit, data in units.items():
-            chunk_set = uuid.uuid4().hex
+            chunk_set = f"{generation}.{uuid.uuid4().hex}"
             pieces = [
                 data[i:i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)
             ] or [b""]
@@ -442,8 +447,20 @@ def _manifest_group(key: bytes) -> int:
     return named[1] if named is not None else -1
 
 
-def _chunk_key(unit: Key, generation: str, index: int) -> bytes:
-    return f"c/{unit[0]}/{unit[1]}/{generation}/{index}".encode()
+def _chunk_key(unit: Key, chunk_set: str, index: int) -> bytes:
+    """A chunk set is named ``<group generation>.<random>`` (a random name alone before
+    chunk sets carried the generation they were written under)."""
+    return f"c/{unit[0]}/{unit[1]}/{chunk_set}/{index}".encode()
+
+
+def _chunk_group(key: bytes) -> int:
+    """The group generation a chunk was written under; -1 when its name does not say."""
+    chunk_set = key.rsplit(b"/", 2)[-2] if key.count(b"/") >= 2 else b""
+    group, dot, _ = chunk_set.partition(b".")
+    try:
+        return int(group) if dot else -1
+    except ValueError:
+        return -1
 
 
 def _parse_key(text: bytes) -> Key | None:

@@ -97,3 +97,32 @@ def test_a_restore_takes_the_checkpoint_of_the_highest_group_generation(broker: 
     owner.close()
     restored = decode_unit(KafkaStore(config).load({key})[key], "t")
     assert (restored.writer, restored.offset) == ("owner", 20)
+
+
+def test_a_restore_leaves_chunks_of_a_newer_generation_in_progress(broker: Broker) -> None:
+    """A replica restoring under an assignment the group has already moved past must not
+    delete the chunks the partition's new owner is writing (their manifest follows them);
+    chunks of an older generation that no manifest names (a crashed write) are deleted."""
+    config = kafka_config(broker)
+    key = ("events", 0)
+    KafkaStore(config).load(set())  # creates the topic
+    topic = f"{config.kafka.group_id}-changelog"
+    producer = KafkaProducer(bootstrap_servers=broker.address)
+    chunk = encode(pipeline_with(7), 7, 1.0, "owner")
+    producer.send(topic, key=b"c/events/0/2.crashed/0", value=b"half a checkpoint", partition=0)
+    producer.send(topic, key=b"c/events/0/5.inflight/0", value=chunk, partition=0)
+    producer.flush()
+    stale = KafkaStore(config)
+    assert stale.load({key}, generation=4) == {}
+    stale.close()  # its deletions are delivered
+    producer.send(topic, key=b"g/events/0/5",
+                  value=b'{"generation": "5.inflight", "chunks": 1}', partition=0)
+    producer.flush()
+    producer.close()
+    owner = KafkaStore(config)
+    found = owner.load({key}, generation=6)
+    assert decode_unit(found[key], "test").writer == "owner"
+    owner.close()
+    last = dict(KafkaStore(config)._read())
+    assert last[b"c/events/0/2.crashed/0"] is None, "the crashed write is deleted"
+    assert last[b"c/events/0/5.inflight/0"] == chunk
