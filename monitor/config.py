@@ -261,8 +261,10 @@ class OfflineConfig(Section):
     """A sample is complete when no message of it arrived for this long (event time)."""
     sample_size: int = Field(default=0, ge=0)
     """A sample is also complete at this many judged queries; 0: by quiet period only."""
-    baseline: str = "previous"
-    """Compare each completed sample with the previous one, or with this pinned sample_id."""
+    baseline: str = Field(default="last_good", min_length=1)
+    """What each completed sample is compared with, per class and measure: ``last_good``
+    (the last sample not flagged there), ``previous`` (the sample completed before), or
+    this pinned sample_id."""
     min_shared_queries: int = Field(default=20, ge=2)
     """Fewer queries shared with the baseline than this (per class): no verdict."""
     min_drop: float = Field(default=0.02, ge=0)

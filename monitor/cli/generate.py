@@ -19,8 +19,10 @@ def command(args: argparse.Namespace) -> int:
         duration=args.duration, malformed_rate=args.malformed_rate,
         duplicate_rate=args.duplicate_rate, judged_every=args.judged_every,
         judged_queries=args.judged_queries, qrels=args.qrels,
-        regression=(Regression(args.regression_class, start + args.regression_after)
-                    if args.regression_class else None),
+        regression=(Regression(
+            args.regression_class, start + args.regression_after,
+            start + args.regression_until if args.regression_until is not None else None,
+        ) if args.regression_class else None),
     )
     stream = messages(world, traffic)
     if args.kafka:

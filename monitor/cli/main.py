@@ -232,6 +232,30 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
                         help="partitions of the events topic (default 4)")
     broker.set_defaults(handler=_broker)
 
+    base = commands.add_parser(
+        "baseline",
+        help="accept an intended change: a judged sample becomes the baseline",
+        description="Write a baseline message: from it on, the named classes and measures "
+        "are compared with that sample, and their regressions end.",
+    )
+    actions = base.add_subparsers(dest="action", required=True, metavar="ACTION")
+    accept = actions.add_parser(
+        "accept", help="make a completed sample the baseline (audited: reason, by)",
+        description="Produce a baseline message to the judgments topic of --config, or print "
+        "it (--print) as a JSON line for a judgments file.",
+    )
+    accept.add_argument("--reason", required=True, help="why the change is accepted")
+    accept.add_argument("--by", required=True, help="who accepts it")
+    accept.add_argument("--sample", help="the sample (default: the newest completed one)")
+    accept.add_argument("--class", dest="class_", metavar="CLASS",
+                        help="one query class, or all (default: every class and all)")
+    accept.add_argument("--measure", help="one measure (default: every measure)")
+    accept.add_argument("--at", help="timestamp of the message (default: now)")
+    target = accept.add_mutually_exclusive_group()
+    target.add_argument("--config", type=Path, help="TOML configuration naming the topic")
+    target.add_argument("--print", action="store_true", help="print the message instead")
+    accept.set_defaults(handler=_lazy("baseline"))
+
     gen = commands.add_parser(
         "generate",
         help="realistic synthetic traffic and judged samples, as JSONL or to Kafka",
@@ -248,7 +272,10 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     gen.add_argument("--judged-queries", type=int, default=300)
     gen.add_argument("--qrels", action="store_true", help="start with qrels messages")
     gen.add_argument("--regression-class", help="class whose results get shuffled")
-    gen.add_argument("--regression-after", type=parse_duration, default=1800.0)
+    gen.add_argument("--regression-after", type=parse_duration, default=1800.0,
+                     help="event time until the bug ships (default 30m)")
+    gen.add_argument("--regression-until", type=parse_duration,
+                     help="event time at which the bug is fixed (default: never)")
     gen.add_argument("--malformed-rate", type=float, default=0.001)
     gen.add_argument("--duplicate-rate", type=float, default=0.001)
     gen.add_argument("-o", "--output", type=Path, help="JSONL file (default: standard output)")

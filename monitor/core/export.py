@@ -78,6 +78,28 @@ class VerdictFigures:
     delta: Float
     p_permutation: Float
     p_t: Float
+    sample_id: str = ""
+    baseline_id: str = ""
+    since_sample: str | None = None
+    """A regression: the sample it was first flagged at (None: not flagged)."""
+    since_time: Float | None = None
+    """That sample's event time (its last judgment)."""
+    flagged_samples: Int = 0
+    """Samples in a row flagged, that one included."""
+
+
+@dataclass(frozen=True)
+class AcceptanceFigures:
+    """A baseline accepted by a ``baseline`` message: ``query_class`` and ``measure`` None
+    mean every one."""
+
+    time: Float
+    sample_id: str
+    query_class: str | None
+    measure: str | None
+    reason: str
+    by: str
+    applied: bool
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,7 @@ class OfflineFigures:
     means: tuple[MeanFigures, ...] = ()
     verdicts: tuple[VerdictFigures, ...] = ()
     last_sample_time: Float | None = None
+    acceptances: tuple[AcceptanceFigures, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -203,15 +226,28 @@ def export(pipeline: Pipeline) -> Export:
                     found = judged.samples_mean(last, klass, m)
                     if found is not None:
                         means.append(MeanFigures((name,), measure, "sample", int(last), *found))
-        verdicts = tuple(
-            VerdictFigures(
+        verdicts = []
+        for (klass, m), v in sorted(judged.verdicts.items()):
+            since = judged.flagged.get((klass, m)) if v.regression else None
+            verdicts.append(VerdictFigures(
                 (ALL if klass == OVERALL else names[klass],), measures[m],
                 v.comparison.shared, v.regression, v.comparison.delta,
-                v.comparison.p_permutation, v.comparison.p_t,
+                v.comparison.p_permutation, v.comparison.p_t, v.sample_id, v.baseline_id,
+                since.sample_id if since is not None else None,
+                since.time if since is not None else None,
+                since.samples if since is not None else 0,
+            ))
+        acceptances = tuple(
+            AcceptanceFigures(
+                a.time, a.sample_id,
+                None if a.klass is None else ALL if a.klass == OVERALL else names[a.klass],
+                None if a.measure is None else measures[a.measure], a.reason, a.by, a.applied,
             )
-            for (klass, m), v in sorted(judged.verdicts.items())
+            for a in judged.acceptances
         )
-        offline = OfflineFigures(tuple(means), verdicts, judged.last_completed_time)
+        offline = OfflineFigures(
+            tuple(means), tuple(verdicts), judged.last_completed_time, acceptances
+        )
     sessions = pipeline.sessions
     return Export(
         slices=slices, accepted=health.accepted,

@@ -5,6 +5,12 @@ Judged queries come from two sources: ``sample`` (``judgment`` messages, grouped
 labels). Each is scored with the configured measures by the offline engine, in batches, and
 feeds rolling windows per query class. A completed sample is compared with its baseline on the
 queries both share (paired by normalised query text). Pure: no clock, no I/O.
+
+Baselines are kept per (class, measure) cell. Under the default policy, ``last_good``, a cell's
+baseline is the last sample not flagged for it: a regression stays flagged, sample after
+sample, until quality comes back or an ``accept`` message makes a sample the new baseline.
+``previous`` compares with the sample completed before (a lasting regression is flagged once);
+any other value names a pinned sample.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ SCORE_BUCKETS = tuple(i / 10 for i in range(11))
 BATCH = 256
 OVERALL = -1
 """Class index of the overall figures (exported as query_class="all")."""
+LAST_GOOD, PREVIOUS = "last_good", "previous"
+"""Baseline policies; any other ``[offline] baseline`` names a pinned sample."""
+ACCEPTANCES_KEPT = 20
+"""Acceptances remembered for the page and the report (the newest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +189,31 @@ class Verdict:
     regression: bool | None  # None: too few shared queries for a verdict
 
 
+@dataclass(frozen=True, slots=True)
+class Flagged:
+    """A regression that lasts: the sample it was first flagged at, that sample's event
+    time, and how many samples in a row have been flagged since (that one included)."""
+
+    sample_id: str
+    time: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """An ``accept`` message: ``sample_id`` is the baseline of ``cells`` from then on.
+    ``klass`` None: every class and the overall figures; ``measure`` None: every measure.
+    ``applied``: whether the sample was known (completed and kept) when it was read."""
+
+    time: float
+    sample_id: str
+    klass: int | None
+    measure: int | None
+    reason: str
+    by: str
+    applied: bool
+
+
 @dataclass(frozen=True)
 class CellsState:
     """A table of score sums: class index (-1: overall), measure index, sum, count."""
@@ -269,6 +304,35 @@ class VerdictState:
 
 
 @dataclass(frozen=True)
+class BaselineState:
+    """A cell whose baseline is not the newest completed sample (``last_good``)."""
+
+    klass: Int
+    measure: Int
+    sample_id: str
+
+
+@dataclass(frozen=True)
+class FlaggedState:
+    klass: Int
+    measure: Int
+    sample_id: str
+    time: Float
+    samples: Int
+
+
+@dataclass(frozen=True)
+class AcceptanceState:
+    time: Float
+    sample_id: str
+    klass: Int | None
+    measure: Int | None
+    reason: str
+    by: str
+    applied: bool
+
+
+@dataclass(frozen=True)
 class JudgedState:
     """``Judged`` as plain data. Its size follows the configuration: windows x buckets x
     classes x measures, the samples kept (open ones, the baseline), the qrels capacity."""
@@ -293,6 +357,11 @@ class JudgedState:
     judged_counts: list[Int]
     worsened: WorsenedState | None
     drift: list[DriftState]
+    held: list[SampleState] = field(default_factory=list)
+    """Older samples some cell still compares with (``last_good``)."""
+    baselines: list[BaselineState] = field(default_factory=list)
+    flagged: list[FlaggedState] = field(default_factory=list)
+    acceptances: list[AcceptanceState] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -360,6 +429,11 @@ class Judged:
     previous: Sample | None = None
     """The newest completed sample with its scores: the baseline ``previous``."""
     pinned: Sample | None = None
+    baselines: dict[tuple[int, int], Sample] = field(default_factory=dict)
+    """``last_good``: the cells whose baseline is an older sample than ``previous``."""
+    flagged: dict[tuple[int, int], Flagged] = field(default_factory=dict)
+    """The cells whose latest verdict is a regression, since when."""
+    acceptances: deque[Acceptance] = field(default_factory=deque)
     verdicts: dict[tuple[int, int], Verdict] = field(default_factory=dict)
     last_completed_time: float | None = None
     qrels: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
@@ -653,36 +727,47 @@ class Judged:
 
     def _complete(self, sample: Sample) -> None:
         del self.open_samples[sample.sample_id]
-        baseline = self._baseline()
         if sample.sample_id == self.config.baseline:
             self.pinned = sample
         self.completed.append(Summary.of(sample))
         while len(self.completed) > max([*self.config.last_samples, 1]):
             self.completed.popleft()
+        self._judge(sample)
         self.previous = sample
         self.last_completed_time = sample.last
-        if baseline is not None:
-            self._judge(sample, baseline)
 
-    def _baseline(self) -> Sample | None:
-        if self.config.baseline == "previous":
-            return self.previous
-        return self.pinned
+    def _baseline(self, cell: tuple[int, int]) -> Sample | None:
+        """The sample ``cell`` is compared with under the configured policy."""
+        policy = self.config.baseline
+        if policy == LAST_GOOD:
+            return self.baselines.get(cell, self.previous)
+        return self.previous if policy == PREVIOUS else self.pinned
 
-    def _judge(self, sample: Sample, baseline: Sample) -> None:
-        """Compare per class and measure; flags follow Holm's step-down procedure.
+    def _judge(self, sample: Sample) -> None:
+        """Compare per class and measure, each with its baseline; flags follow Holm's
+        step-down procedure.
 
         ``max_p_value`` bounds the family-wise error over all tests of the sample, so that a
         quiet week pages nobody although dozens of (class, measure) pairs are tested.
         """
         config = self.config
-        shared = [key for key in sample.scores if key in baseline.scores]
-        classes = {sample.scores[key][0] for key in shared} | {OVERALL}
+        classes = {klass for klass, _ in sample.scores.values()} | {OVERALL}
         classes |= {klass for klass, _ in self.verdicts}
-        results: dict[tuple[int, int], PairedComparison] = {}
+        results: dict[tuple[int, int], tuple[PairedComparison, Sample, list[str]]] = {}
+        shared_with: dict[str, list[str]] = {}
         for klass in sorted(classes):
-            keys = [k for k in shared if klass == OVERALL or sample.scores[k][0] == klass]
             for m in range(len(self.specs)):
+                baseline = self._baseline((klass, m))
+                if baseline is None:
+                    continue
+                shared = shared_with.get(baseline.sample_id)
+                if shared is None:
+                    shared = shared_with[baseline.sample_id] = [
+                        key for key in sample.scores if key in baseline.scores
+                    ]
+                keys = [k for k in shared if klass == OVERALL or sample.scores[k][0] == klass]
+                if not keys and klass != OVERALL and (klass, m) not in self.verdicts:
+                    continue
                 pairs = [
                     (sample.scores[k][1][m], baseline.scores[k][1][m]) for k in keys
                     if not math.isnan(sample.scores[k][1][m])
@@ -690,9 +775,13 @@ class Judged:
                 ]
                 current = np.array([p[0] for p in pairs], dtype=np.float64)
                 before = np.array([p[1] for p in pairs], dtype=np.float64)
-                results[(klass, m)] = compare(current, before, config.permutations, len(pairs))
+                results[(klass, m)] = (
+                    compare(current, before, config.permutations, len(pairs)), baseline, keys,
+                )
+        if not results:
+            return
         testable = sorted(
-            (c.p_permutation, key) for key, c in results.items()
+            (c.p_permutation, key) for key, (c, _, _) in results.items()
             if c.shared >= config.min_shared_queries
         )
         significant: set[tuple[int, int]] = set()
@@ -701,18 +790,80 @@ class Judged:
                 break
             significant.add(key)
         show = self.show
-        self.worsened = None if show is None else Worsened(sample.sample_id, baseline.sample_id, {
-            (klass, m): [(show(key), before, after) for key, before, after in _dropped(
-                [k for k in shared if klass == OVERALL or sample.scores[k][0] == klass],
-                sample, baseline, m,
-            )]
-            for klass, m in results
+        overall = results.get((OVERALL, 0))
+        shown_baseline = (overall or next(iter(results.values())))[1].sample_id
+        self.worsened = None if show is None else Worsened(sample.sample_id, shown_baseline, {
+            cell: [(show(key), before, after)
+                   for key, before, after in _dropped(keys, sample, baseline, cell[1])]
+            for cell, (_, baseline, keys) in results.items()
         })
-        for key, comparison in results.items():
+        for cell, (comparison, baseline, _) in results.items():
             verdict: bool | None = None
             if comparison.shared >= config.min_shared_queries:
-                verdict = key in significant and comparison.delta < -config.min_drop
-            self.verdicts[key] = Verdict(sample.sample_id, baseline.sample_id, comparison, verdict)
+                verdict = cell in significant and comparison.delta < -config.min_drop
+            self.verdicts[cell] = Verdict(
+                sample.sample_id, baseline.sample_id, comparison, verdict
+            )
+            if verdict:
+                since = self.flagged.get(cell)
+                self.flagged[cell] = (
+                    Flagged(sample.sample_id, sample.last, 1) if since is None
+                    else Flagged(since.sample_id, since.time, since.samples + 1)
+                )
+                if config.baseline == LAST_GOOD:
+                    self.baselines[cell] = baseline  # the regression is compared with it
+            else:
+                self.flagged.pop(cell, None)
+                self.baselines.pop(cell, None)  # this sample, the newest: the baseline
+
+    def accept(
+        self, time: float, sample_id: str | None, klass: int | None, measure: int | None,
+        reason: str, by: str,
+    ) -> Acceptance:
+        """Make ``sample_id`` (None: the newest completed sample) the baseline of the cells
+        of ``klass`` (None: every class and the overall figures) and ``measure`` (None:
+        every measure): an intended change, accepted. Their regressions end now."""
+        chosen = self._kept(sample_id)
+        accepted = Acceptance(
+            time, chosen.sample_id if chosen is not None else (sample_id or ""), klass,
+            measure, reason, by, chosen is not None,
+        )
+        self.acceptances.append(accepted)
+        while len(self.acceptances) > ACCEPTANCES_KEPT:
+            self.acceptances.popleft()
+        if chosen is None:
+            return accepted
+        cells = {
+            (k, m)
+            for k in ({klass} if klass is not None else {OVERALL, *self._classes_seen()})
+            for m in ({measure} if measure is not None else range(len(self.specs)))
+        }
+        for cell in cells:
+            self.flagged.pop(cell, None)
+            if chosen is self.previous:
+                self.baselines.pop(cell, None)
+            else:
+                self.baselines[cell] = chosen
+            verdict = self.verdicts.get(cell)
+            if verdict is not None and verdict.regression:
+                self.verdicts[cell] = Verdict(
+                    verdict.sample_id, chosen.sample_id, verdict.comparison, False
+                )
+        return accepted
+
+    def _kept(self, sample_id: str | None) -> Sample | None:
+        """A completed sample still kept (the newest, a baseline, the pinned one)."""
+        if sample_id is None:
+            return self.previous
+        for sample in (self.previous, self.pinned, *self.baselines.values()):
+            if sample is not None and sample.sample_id == sample_id:
+                return sample
+        return None
+
+    def _classes_seen(self) -> set[int]:
+        return {klass for klass, _ in self.verdicts if klass != OVERALL} | {
+            klass for klass, _ in self.baselines if klass != OVERALL
+        }
 
     # --- state as data ---------------------------------------------------------------------
 
@@ -768,7 +919,29 @@ class Judged:
                 )
                 for length, keys in self.drift.items()
             ],
+            held=[_sample_state(held) for held in self._held()],
+            baselines=[
+                BaselineState(k, m, sample.sample_id)
+                for (k, m), sample in sorted(self.baselines.items())
+            ],
+            flagged=[
+                FlaggedState(k, m, f.sample_id, f.time, f.samples)
+                for (k, m), f in sorted(self.flagged.items())
+            ],
+            acceptances=[
+                AcceptanceState(a.time, a.sample_id, a.klass, a.measure, a.reason, a.by,
+                                a.applied)
+                for a in self.acceptances
+            ],
         )
+
+    def _held(self) -> list[Sample]:
+        """The baselines that are neither the newest sample nor the pinned one."""
+        held: dict[str, Sample] = {}
+        for sample in self.baselines.values():
+            if sample is not self.previous and sample is not self.pinned:
+                held[sample.sample_id] = sample
+        return list(held.values())
 
     def restore(self, state: JudgedState, classes: int) -> None:
         """Rebuild from ``state``; ``classes``: how many query classes the pipeline has."""
@@ -816,6 +989,29 @@ class Judged:
         )
         self.previous = _sample(state.previous, classes, measures) if state.previous else None
         self.pinned = _sample(state.pinned, classes, measures) if state.pinned else None
+        kept = {s.sample_id: s for s in (self.previous, self.pinned) if s is not None}
+        kept |= {s.sample_id: _sample(s, classes, measures) for s in state.held}
+        self.baselines = {}
+        for b in state.baselines:
+            klass_ok(b.klass)
+            require(0 <= b.measure < measures and b.sample_id in kept,
+                    "judged state: a baseline's measure or sample")
+            self.baselines[(b.klass, b.measure)] = kept[b.sample_id]
+        self.flagged = {}
+        for f in state.flagged:
+            klass_ok(f.klass)
+            require(0 <= f.measure < measures and f.samples >= 1,
+                    "judged state: a flagged regression")
+            self.flagged[(f.klass, f.measure)] = Flagged(f.sample_id, f.time, f.samples)
+        require(len(state.acceptances) <= ACCEPTANCES_KEPT, "judged state: acceptances")
+        for a in state.acceptances:
+            require((a.klass is None or OVERALL <= a.klass < classes)
+                    and (a.measure is None or 0 <= a.measure < measures),
+                    "judged state: an acceptance's class or measure")
+        self.acceptances = deque(
+            Acceptance(a.time, a.sample_id, a.klass, a.measure, a.reason, a.by, a.applied)
+            for a in state.acceptances
+        )
         self.verdicts = {}
         for v in state.verdicts:
             klass_ok(v.klass)

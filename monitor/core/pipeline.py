@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from monitor.config import Config
-from monitor.core.classes import NEW, QueryClasses
-from monitor.core.judged import Judged, JudgedState
+from monitor.core.classes import ALL, NEW, QueryClasses
+from monitor.core.judged import OVERALL, Judged, JudgedState
 from monitor.core.online import (
     CLICK,
     CONVERSION,
@@ -357,6 +357,29 @@ class Pipeline:
 
     def _apply(self, message: JudgedMessage) -> None:
         judged, event = self.judged, message.event
+        if event["type"] == "baseline":
+            name, measure = event.get("query_class"), event.get("measure")
+            klass: int | None = None
+            if name == ALL:
+                klass = OVERALL
+            elif name is not None:
+                klass = self.classes.classify(name, "")
+                self._grow()
+            accepted = judged.accept(
+                message.time, event.get("sample_id"), klass,
+                judged.config.measures.index(measure) if measure is not None else None,
+                event["reason"], event["by"],
+            )
+            if accepted.applied:
+                log.warning("baseline accepted by %s: sample %s for %s, %s (%s)", accepted.by,
+                            accepted.sample_id, name or "every class", measure or "every "
+                            "measure", accepted.reason)
+            else:
+                log.warning("baseline acceptance by %s names sample %r, which is not a kept "
+                            "completed sample: nothing changed", accepted.by,
+                            event.get("sample_id"))
+            judged.advance(message.time)
+            return
         if event["type"] == "qrels":
             judged.store_qrels(event["query_text"], dict(event["labels"]))
         else:

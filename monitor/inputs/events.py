@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    StringConstraints,
 )
 from typing_extensions import ReadOnly, TypedDict
 
@@ -135,8 +136,23 @@ class Qrels(TypedDict):
     qrels_id: NotRequired[ReadOnly[str | None]]
 
 
+class Baseline(TypedDict):
+    """An intended change, accepted: ``sample_id`` (default: the newest completed sample)
+    is the baseline of ``query_class`` (default: every class; ``all``: the overall figures)
+    and ``measure`` (default: every measure) from then on."""
+
+    type: ReadOnly[Literal["baseline"]]
+    timestamp: ReadOnly[Timestamp]
+    reason: ReadOnly[Annotated[str, StringConstraints(min_length=1, max_length=500)]]
+    by: ReadOnly[Annotated[str, StringConstraints(min_length=1, max_length=200)]]
+    sample_id: NotRequired[ReadOnly[str | None]]
+    query_class: NotRequired[ReadOnly[str | None]]
+    measure: NotRequired[ReadOnly[str | None]]
+
+
 LiveEvent = Query | Click | Dwell | Conversion
-Event = LiveEvent | Judgment | Qrels
+Judged = Judgment | Qrels | Baseline
+Event = LiveEvent | Judged
 
 
 # The fast path: the live events again as msgspec structs. msgspec validates several times
@@ -227,10 +243,11 @@ events carry a query id and no reliable session): resolved when the event is app
 @final
 @dataclass(frozen=True, slots=True)
 class JudgedMessage:
-    """A judgment or qrels message, validated; ``ranking``: a judgment's, in ranked order."""
+    """A judgment, qrels or baseline message, validated; ``ranking``: a judgment's, in
+    ranked order."""
 
     time: float
-    event: Judgment | Qrels
+    event: Judged
     ranking: list[str] | None
 
 

@@ -56,10 +56,17 @@ class SimQuery:
 
 @dataclass(frozen=True, slots=True)
 class Regression:
-    """From ``start`` (epoch seconds), results of class ``klass`` are shuffled."""
+    """From ``start`` (epoch seconds) until ``end`` (None: the end of the traffic), results
+    of class ``klass`` are shuffled."""
 
     klass: str
     start: float
+    end: float | None = None
+
+    def active(self, klass: str, time: float) -> bool:
+        return klass == self.klass and time >= self.start and (
+            self.end is None or time < self.end
+        )
 
 
 @dataclass
@@ -101,7 +108,7 @@ class World:
                rng: random.Random) -> tuple[str, ...]:
         if query.zero_result:
             return ()
-        if regression is not None and query.klass == regression.klass and time >= regression.start:
+        if regression is not None and regression.active(query.klass, time):
             pool = list(query.relevance)
             return tuple(rng.sample(pool, RESULTS_PER_PAGE))
         return query.ranking

@@ -19,6 +19,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from monitor.config import Config
 from monitor.inputs.events import (
+    Baseline,
     Decoded,
     Event,
     JudgedMessage,
@@ -31,6 +32,7 @@ from monitor.inputs.events import (
     Rejection,
 )
 from monitor.inputs.timestamps import Timestamps, zone
+from monitor.offline.spec import MeasureNameError, parse_measure
 
 decode_live: Callable[[bytes], Native] = msgspec.json.Decoder(Native).decode
 """The fast path: a live event, or ``msgspec.MsgspecError`` (then see ``decode``)."""
@@ -94,6 +96,7 @@ class NativeDecoder:
         self._read_stamp = self.timestamps.read
         self.max_labels = config.offline.max_labels
         self.max_chars = config.input.max_query_chars
+        self.measures = config.offline.measures
 
     def decode(
         self, data: bytes, hint: str | None = None
@@ -119,6 +122,8 @@ class NativeDecoder:
             decoded = decode_native(data)
         except ValidationError as error:
             return None if untyped(error) else rejection(error)
+        if decoded["type"] == "baseline":
+            return self._baseline(decoded)
         if decoded["type"] == "judgment" or decoded["type"] == "qrels":
             return self._judged(decoded)
         live = as_live(decoded)
@@ -148,6 +153,23 @@ class NativeDecoder:
         if len(set(ranking)) != len(ranking):
             return Rejection(Reason.SCHEMA, "ranking names a document twice")
         return JudgedMessage(time, event, ranking)
+
+
+    def _baseline(self, event: Baseline) -> JudgedMessage | Rejection:
+        time = self.timestamps.read(event["timestamp"])
+        if type(time) is Rejection:
+            return time
+        measure = event.get("measure")
+        if measure is not None:
+            try:
+                canonical = str(parse_measure(measure))
+            except MeasureNameError as error:
+                return Rejection(Reason.SCHEMA, f"measure: {error}")
+            if canonical not in self.measures:
+                return Rejection(Reason.SCHEMA, f"measure: {measure} is not one of "
+                                 "[offline] measures")
+            event = cast(Baseline, {**event, "measure": canonical})
+        return JudgedMessage(time, event, None)
 
 
 def _unlisted(event: QueryEvent, data: bytes) -> Rejection | None:

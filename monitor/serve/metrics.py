@@ -134,6 +134,16 @@ def _offline(figures: Export) -> Iterator[Metric]:
         "search_judged_shared_queries", "Queries the latest sample shares with its baseline.",
         labels=[CLASS_LABEL, "measure"],
     )
+    since = GaugeMetricFamily(
+        "search_judged_regression_since_timestamp_seconds",
+        "Event time of the sample a regression still flagged was first flagged at (present "
+        "while search_judged_regression is 1).", labels=[CLASS_LABEL, "measure"],
+    )
+    samples = GaugeMetricFamily(
+        "search_judged_regression_samples",
+        "Samples in a row flagged as a regression, up to the latest (present while "
+        "search_judged_regression is 1).", labels=[CLASS_LABEL, "measure"],
+    )
     offline = figures.offline
     if offline is not None:
         for entry in offline.means:
@@ -152,7 +162,10 @@ def _offline(figures: Export) -> Iterator[Metric]:
                 delta.add_metric(labels, verdict.delta)
                 pvalue.add_metric([*labels, "permutation"], verdict.p_permutation)
                 pvalue.add_metric([*labels, "t"], verdict.p_t)
-    yield from (mean, queries, regression, delta, pvalue, shared)
+            if verdict.regression and verdict.since_time is not None:
+                since.add_metric(labels, verdict.since_time)
+                samples.add_metric(labels, verdict.flagged_samples)
+    yield from (mean, queries, regression, delta, pvalue, shared, since, samples)
     if offline is not None and offline.last_sample_time is not None:
         yield GaugeMetricFamily(
             "search_judged_last_sample_timestamp_seconds",

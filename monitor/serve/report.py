@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from monitor.core.classes import ALL
@@ -40,6 +41,7 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
         "online": online,
         "offline": _offline(pipeline),
         "regressions": _regressions(pipeline),
+        "acceptances": _acceptances(pipeline),
         "rejected": rejected,
         "unmatched_clicks": pipeline.sessions.unmatched_clicks,
         "ignored_actions": pipeline.health.ignored_actions,
@@ -81,7 +83,32 @@ def _regressions(pipeline: Pipeline) -> dict[str, Any]:
             "p_t": comparison.p_t if comparison.shared else None,
             "regression": verdict.regression,
         }
+        since = judged.flagged.get((klass, m)) if verdict.regression else None
+        out[name][str(judged.specs[m])] |= {
+            "since_sample": since.sample_id if since is not None else None,
+            "since": _utc(since.time) if since is not None else None,
+            "flagged_samples": since.samples if since is not None else 0,
+        }
     return out
+
+
+def _acceptances(pipeline: Pipeline) -> list[dict[str, Any]]:
+    """The baselines accepted by ``baseline`` messages, oldest first (the newest 20)."""
+    judged, names = pipeline.judged, pipeline.classes.names
+    return [
+        {
+            "time": _utc(a.time), "sample": a.sample_id,
+            "query_class": None if a.klass is None else ALL if a.klass == OVERALL
+            else names[a.klass],
+            "measure": None if a.measure is None else str(judged.specs[a.measure]),
+            "reason": a.reason, "by": a.by, "applied": a.applied,
+        }
+        for a in judged.acceptances
+    ]
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 def format_json(result: dict[str, Any]) -> str:
@@ -134,7 +161,8 @@ def format_table(result: dict[str, Any]) -> str:
     regressions = result["regressions"]
     if regressions:
         text += "\nlatest judged sample against its baseline:\n"
-        rows = [["class", "measure", "sample", "baseline", "shared", "delta", "p", "regression"]]
+        rows = [["class", "measure", "sample", "baseline", "shared", "delta", "p", "regression",
+                 "since"]]
         for name in sorted(regressions):
             for measure, v in regressions[name].items():
                 rows.append([
@@ -142,8 +170,16 @@ def format_table(result: dict[str, Any]) -> str:
                     "-" if v["delta"] is None else f"{v['delta']:+.4f}",
                     "-" if v["p_permutation"] is None else f"{v['p_permutation']:.4f}",
                     {True: "REGRESSION", False: "no", None: "too few queries"}[v["regression"]],
+                    f"{v['since']}, {v['flagged_samples']} samples" if v["since"] else "-",
                 ])
         text += _columns(rows)
+    for accepted in result["acceptances"]:
+        text += (
+            f"\nbaseline accepted at {accepted['time']} by {accepted['by']}: sample "
+            f"{accepted['sample']} for {accepted['query_class'] or 'every class'}, "
+            f"{accepted['measure'] or 'every measure'} ({accepted['reason']})"
+            + ("" if accepted["applied"] else " - not applied: sample not kept") + "\n"
+        )
     rejected = result["rejected"]
     if rejected:
         text += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))

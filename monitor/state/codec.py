@@ -46,7 +46,7 @@ STATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
         "timeout", "allowed_lateness", "success_dwell", "reformulation_window", "recent_queries",
     ),
     "query_classes": None,
-    "offline": ("measures", "windows", "last_samples", "baseline", "qrels_capacity"),
+    "offline": ("measures", "windows", "last_samples", "qrels_capacity"),
 }
 """The settings a partition's state is laid out by (None: the whole section). A change of
 one of them makes the state meaningless; the others (rejection logging, the verdicts'
@@ -135,15 +135,36 @@ def fingerprint(config: Config) -> dict[str, str]:
         settings = getattr(config, section).model_dump(mode="json")
         if names is not None:
             settings = {name: settings[name] for name in names}
-        prints[section] = hashlib.sha256(
-            json.dumps(settings, sort_keys=True).encode()
-        ).hexdigest()[:16]
+        prints[section] = _digest(settings)
     return prints
+
+
+def _digest(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def changed_sections(unit: UnitState, config: Config) -> list[str]:
     now = fingerprint(config)
-    return [section for section in STATE_SETTINGS if unit.fingerprint.get(section) != now[section]]
+    return [
+        section for section in STATE_SETTINGS
+        if unit.fingerprint.get(section) not in (now[section], *_earlier(section, config))
+    ]
+
+
+def _earlier(section: str, config: Config) -> tuple[str, ...]:
+    """Digests of ``section`` as earlier versions took them: ``[offline] baseline`` was a
+    state setting (the state now keeps a baseline per class and measure under any policy),
+    and ``previous`` its default."""
+    if section != "offline":
+        return ()
+    names = STATE_SETTINGS["offline"]
+    assert names is not None
+    settings = config.offline.model_dump(mode="json")
+    kept = {name: settings[name] for name in names}
+    return tuple(
+        _digest({**kept, "baseline": baseline})
+        for baseline in dict.fromkeys((config.offline.baseline, "previous"))
+    )
 
 
 def encode(kind: str, value: object) -> bytes:

@@ -9,8 +9,10 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,12 +32,15 @@ from tests.support.daemon import (
     EVENTS,
     children,
     log_of,
+    print_daemon_logs,
     start_daemon,
     wait_for_log,
     wait_until_read,
 )
 from tests.support.http import get, scrape
 from tests.support.wait import wait_for
+
+SEARCHMON = [sys.executable, "-m", "monitor"]
 
 
 @pytest.fixture(scope="module")
@@ -858,3 +863,52 @@ def test_a_restore_in_progress_does_not_hold_up_the_group(tmp_path: Path, broker
         assert add(online_counts(a), online_counts(b)) == want
     finally:
         stop_all(daemons)
+
+
+def test_a_lasting_regression_stays_flagged_until_a_baseline_is_accepted(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """The default baseline policy against the real broker: a second broken sample is still
+    a regression (compared with the last good one), with the since gauges; `searchmon
+    baseline accept` puts a message on the judgments topic that ends it, and the next broken
+    sample compares with the accepted one."""
+    broker.create_topics({"lasting-events": 1, "lasting-judgments": 1})
+    broker.produce("lasting-judgments", [
+        *((b"s1", judgment("s1", q, q, True)) for q in range(30)),
+        *((b"s2", judgment("s2", q, 100 + q, False)) for q in range(30)),
+        *((b"s3", judgment("s3", q, 200 + q, False)) for q in range(30)),
+    ])
+    kafka = 'events_topic = "lasting-events"\njudgments_topic = "lasting-judgments"\n'
+    group, port = f"g-{uuid.uuid4().hex}", free_port()
+    cell = '{measure="nDCG@10",query_class="navigational"}'
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, "[offline]\nsample_size = 30\n")
+    try:
+        flagged = wait_for(
+            lambda: scrape(port), "the third sample judged", 120, every=0.2,
+            until=lambda v: v.get("searchmon_judged_messages_total") == 90
+            and v.get(f"search_judged_regression_samples{cell}") == 2.0,
+        )
+        assert flagged[f"search_judged_regression{cell}"] == 1.0
+        assert flagged[f"search_judged_regression_since_timestamp_seconds{cell}"] == 1.79e9 + 129
+        at = datetime.fromtimestamp(1.79e9 + 300, UTC).isoformat()
+        accept = subprocess.run(
+            [*SEARCHMON, "baseline", "accept", "--config", str(tmp_path / "searchmon.toml"),
+             "--class", "navigational", "--reason", "intended", "--by", "alice", "--at", at],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert accept.returncode == 0, accept.stderr
+        resolved = wait_for(lambda: scrape(port), "the acceptance applied", 120, every=0.2,
+                            until=lambda v: v.get(f"search_judged_regression{cell}") == 0.0)
+        assert f"search_judged_regression_samples{cell}" not in resolved
+        broker.produce("lasting-judgments",
+                       [(b"s4", judgment("s4", q, 400 + q, False)) for q in range(30)])
+        after = wait_for(lambda: scrape(port), "the fourth sample judged", 120, every=0.2,
+                         until=lambda v: v.get("searchmon_judged_messages_total") == 121)
+        assert after[f"search_judged_regression{cell}"] == 0.0
+        assert "baseline accepted by alice: sample s3" in log_of(tmp_path)
+    except AssertionError:
+        print_daemon_logs(tmp_path)
+        raise
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
