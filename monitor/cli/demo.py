@@ -54,8 +54,6 @@ def run_demo(
             "http": {"listen": listen},
             "state": {"dir": str(state), "checkpoint_interval": 1.0},
             "input": {"rejection_log_limit": 0},  # counted in the view, not logged over it
-            # the first judged sample (1 h of event time) is the known-good baseline
-            "offline": {"baseline": "sample-1"},
             # event time runs ahead of the wall clock, accelerated: not a wrong clock here
             "sessions": {"max_future": 10 * 365 * 86400.0},
         })
@@ -193,7 +191,11 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
             if m.slice == (name,) and m.source == "sample" and m.window == 1
             and m.measure == measure
         ), None)
-        verdicts = [v.measure for v in offline.verdicts if v.slice == (name,) and v.regression]
+        verdicts = [
+            v.measure + (f" since {rfc3339(v.since_time)[11:16]} ({v.flagged_samples} samples)"
+                         if v.since_time is not None else "")
+            for v in offline.verdicts if v.slice == (name,) and v.regression
+        ]
         now = time.monotonic()
         then, before = previous.get(name, (now, queries))
         previous[name] = (now, queries)

@@ -85,3 +85,38 @@ def test_live_join_equals_searchmon_eval(tmp_path: Path) -> None:
     assert math.fsum(v for q, v in per_query.items() if q != "all") == pytest.approx(
         live[("live", OVERALL, 0)]
     )
+
+
+@pytest.mark.parametrize(("until", "expected"), [(None, True), ("4h", False)])
+def test_replay_of_a_lasting_regression_as_a_new_user_runs_it(
+    tmp_path: Path, until: str | None, expected: bool
+) -> None:
+    """`generate --duration 6h --judged-every 1h --regression-class navigational
+    --regression-after 2h`, then `replay`: under the example configuration the last sample
+    is still a regression, flagged since the first one after the bug; with the bug fixed at
+    4h, it is not."""
+    events = tmp_path / "six-hours.jsonl"
+    generate = [
+        sys.executable, "-m", "monitor", "generate", "--duration", "6h", "--judged-every", "1h",
+        "--sessions-per-second", "0.5", "--regression-class", "navigational",
+        "--regression-after", "2h", "-o", str(events),
+        *(["--regression-until", until] if until else []),
+    ]
+    subprocess.run(generate, check=True, timeout=120)
+    config = Path(__file__).resolve().parents[2] / "config.example.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "replay", str(events), "--config", str(config),
+         "--report", "json", "--log-level", "error"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    verdict = result["regressions"]["navigational"]["nDCG@10"]
+    assert verdict["regression"] is expected, verdict
+    if expected:
+        assert verdict["baseline"] == "sample-1" and verdict["flagged_samples"] == 5
+        assert verdict["since_sample"] == "sample-2"
+    flagged = {klass for klass, measures in result["regressions"].items()
+               if any(v["regression"] for v in measures.values())}
+    assert flagged <= {"navigational", "all"}
+    assert result["acceptances"] == []
