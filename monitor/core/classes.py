@@ -8,9 +8,12 @@ distinct classes seen join the set (in order of arrival) and later ones go to ``
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from monitor.config import QueryClassesConfig
+from monitor.core.snapshots import Layout, Migration, require
 
 OTHER = "other"
 NEW = -1
@@ -45,6 +48,9 @@ class _Rule:
 class QueryClasses:
     """Maps events to class indexes; ``names[index]`` is the label value, ``other`` is 0."""
 
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
+
     limit: int
     fixed: bool
     names: list[str] = field(default_factory=lambda: [OTHER])
@@ -56,13 +62,13 @@ class QueryClasses:
     def from_config(cls, config: QueryClassesConfig) -> QueryClasses:
         classes = cls(limit=config.max_query_classes, fixed=bool(config.names))
         for name in config.names:
-            classes._add(name)
+            classes.add(name)
         for rule in config.rules:
             if rule.class_ != OTHER and rule.class_ not in classes.index:
                 if classes.fixed:
-                    classes._add(rule.class_)  # a rule's class is part of the closed set
+                    classes.add(rule.class_)  # a rule's class is part of the closed set
                 elif len(classes.names) - 1 < classes.limit:
-                    classes._add(rule.class_)
+                    classes.add(rule.class_)
             classes.rules.append(
                 _Rule(
                     classes.index.get(rule.class_, 0),
@@ -84,7 +90,7 @@ class QueryClasses:
                 not self.fixed and len(self.names) - 1 < self.limit and query_class
                 and query_class != ALL
             ):
-                return self._add(query_class) if add else NEW
+                return self.add(query_class) if add else NEW
         if not self.rules:
             return 0
         cached = self._by_text.get(text)
@@ -97,7 +103,30 @@ class QueryClasses:
         self._by_text[text] = found
         return found
 
-    def _add(self, name: str) -> int:
+    def add(self, name: str) -> int:
+        """``name`` joins the set (the caller checks that it may); returns its index."""
         self.index[name] = len(self.names)
         self.names.append(name)
         return self.index[name]
+
+    def snapshot(self) -> list[str]:
+        """The class names, in index order (the other parts refer to them by index)."""
+        return list(self.names)
+
+    @classmethod
+    def restore(cls, layout: Layout, state: list[str]) -> QueryClasses:
+        """The classes of the configuration, then those ``state`` learned after them."""
+        classes = cls.from_config(layout.config.query_classes)
+        known = len(classes.names)
+        require(
+            state[:known] == classes.names and len(set(state)) == len(state) and all(state),
+            "query classes: not those of this configuration",
+        )
+        require(
+            len(state) == known or (not classes.fixed and len(state) - 1 <= classes.limit),
+            "query classes: more than the configuration allows",
+        )
+        require(len(state) == layout.classes, "query classes: not as many as the state's")
+        for name in state[known:]:
+            classes.add(name)
+        return classes

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from monitor.core.classes import normalise
 from monitor.core.snapshots import (
     Float,
     Int,
+    Layout,
+    Migration,
     StateError,
     finite_or_none,
     nan_or_none,
@@ -129,6 +132,10 @@ class Window:
                         else:
                             cell[0] += total
                             cell[1] += count
+
+    def add(self, time: float, klass: int, values: Sequence[float]) -> None:
+        """One query's scores (NaN: skipped) at ``time`` of ``klass``."""
+        _add_cells(self.buckets.setdefault(int(time // self.width), {}), klass, values)
 
     def first(self, clock: float) -> int:
         """The oldest bucket kept at ``clock``."""
@@ -357,11 +364,11 @@ class JudgedState:
     judged_counts: list[Int]
     worsened: WorsenedState | None
     drift: list[DriftState]
-    held: list[SampleState] = field(default_factory=list)
+    held: list[SampleState]
     """Older samples some cell still compares with (``last_good``)."""
-    baselines: list[BaselineState] = field(default_factory=list)
-    flagged: list[FlaggedState] = field(default_factory=list)
-    acceptances: list[AcceptanceState] = field(default_factory=list)
+    baselines: list[BaselineState]
+    flagged: list[FlaggedState]
+    acceptances: list[AcceptanceState]
 
 
 @dataclass(frozen=True)
@@ -408,9 +415,28 @@ WORSENED_ROWS = 20
 """Queries kept per (class, measure) that dropped most."""
 
 
+def _judged_1_to_2(document: Any) -> Any:
+    """Version 1 kept no worsened queries and no live drift: they start empty."""
+    if isinstance(document, dict):
+        document["worsened"], document["drift"] = None, []
+    return document
+
+
+def _judged_2_to_3(document: Any) -> Any:
+    """Version 2 had one baseline for every class and measure (``previous``, the newest
+    sample, or the pinned one): no cell holds an older one, nothing is flagged since."""
+    if isinstance(document, dict):
+        document["held"], document["baselines"] = [], []
+        document["flagged"], document["acceptances"] = [], []
+    return document
+
+
 @dataclass
 class Judged:
     """The explicit state of the offline side."""
+
+    VERSION: ClassVar[int] = 3
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _judged_1_to_2, 2: _judged_2_to_3}
 
     config: OfflineConfig
     active: bool = False
@@ -943,9 +969,13 @@ class Judged:
                 held[sample.sample_id] = sample
         return list(held.values())
 
-    def restore(self, state: JudgedState, classes: int) -> None:
-        """Rebuild from ``state``; ``classes``: how many query classes the pipeline has."""
-        measures = len(self.specs)
+    @classmethod
+    def restore(cls, layout: Layout, state: JudgedState) -> Judged:
+        """The offline state of ``state``; its worsened queries and live drift only where
+        the query lists are enabled (they keep query texts)."""
+        self = cls(layout.config.offline)
+        keep_texts = layout.config.query_lists.enabled
+        classes, measures = layout.classes, len(self.specs)
 
         def klass_ok(klass: int) -> None:
             require(OVERALL <= klass < classes, f"judged state: class index {klass}")
@@ -1038,7 +1068,7 @@ class Judged:
             klass_ok(klass)
         self.judged_queries = dict(zip(state.judged_classes, state.judged_counts, strict=True))
         self.worsened = None
-        if state.worsened is not None and self.show is not None:
+        if state.worsened is not None and keep_texts:
             cells = {}
             for cell in state.worsened.cells:
                 klass_ok(cell.klass)
@@ -1057,7 +1087,7 @@ class Judged:
         for length in self.drift:
             found = drift.get(length)
             keys: dict[str, tuple[int, dict[int, list[float]]]] = {}
-            if found is not None and self.show is not None:
+            if found is not None and keep_texts:
                 same_lengths("live drift", found.keys, found.klass, found.buckets, found.sums)
                 for text, klass, buckets, sums in zip(
                     found.keys, found.klass, found.buckets, found.sums, strict=True
@@ -1069,6 +1099,7 @@ class Judged:
                     keys[text] = (klass, dict(zip(buckets, (list(r) for r in sums),
                                                   strict=True)))
             self.drift[length] = keys
+        return self
 
 
 def _dropped(

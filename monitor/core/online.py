@@ -10,14 +10,16 @@ clicks, never its events, so memory per open session is small and bounded.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from monitor.config import SessionsConfig
 from monitor.core.snapshots import (
     Float,
     Int,
+    Layout,
+    Migration,
     finite_or_none,
     or_minus_infinity,
     require,
@@ -155,6 +157,9 @@ class OnlineCounters:
 
     COUNTS = tuple(family.attribute for family in COUNTERS)
     HISTOGRAMS = tuple(family.attribute for family in HISTOGRAMS)
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
+    """None: a counter or histogram added to the catalogue starts at 0 (``restore``)."""
 
     def add_class(self) -> None:
         for name in self.COUNTS:
@@ -172,9 +177,11 @@ class OnlineCounters:
             {name: histogram.snapshot() for name, histogram in self.histograms()},
         )
 
-    def restore(self, state: CountersState, classes: int) -> None:
+    @classmethod
+    def restore(cls, layout: Layout, state: CountersState) -> OnlineCounters:
         """The counters of ``state``; one it does not have (added to the catalogue since it
         was taken) starts at 0. One this version does not know is refused."""
+        self, classes = cls(), layout.classes
         require(
             set(state.counts) <= set(self.COUNTS)
             and set(state.histograms) <= set(self.HISTOGRAMS),
@@ -191,6 +198,7 @@ class OnlineCounters:
                 histogram.counts, histogram.sums = [], []
                 for _ in range(classes):
                     histogram.add_class()
+        return self
 
 
 class Session:
@@ -289,10 +297,11 @@ class WaitingState:
     b: list[Float | str | None]
 
 
-def _restore_session(
+def restored_session(
     first: float, last: float, klass: int, queries: int, flags: int, query_id: str | None,
     query_class: int, query_time: float, older: list[Any] | None, orphans: list[Any] | None,
 ) -> Session:
+    """A session from its columns in a snapshot (``SessionsState``)."""
     session = Session(last)
     session.first = first
     session.klass, session.queries, session.flags = klass, queries, flags
@@ -319,6 +328,29 @@ def _slots_ok(flat: list[Any], limit: int, second_is_class: int | None) -> bool:
     return True
 
 
+def _sessions_1_to_2(document: Any) -> Any:
+    """Version 1 applied events on arrival: nothing waits, no session waits for its query,
+    no closed session is remembered, and a session's first event time is the earliest it
+    kept (its latest query's, or its last event's)."""
+    if not isinstance(document, dict):
+        return document  # malformed: validation says so
+    last, query_time = document.get("last"), document.get("query_time")
+    if isinstance(last, list) and isinstance(query_time, list):
+        document["first"] = [
+            min(a, b) if isinstance(a, float | int) and isinstance(b, float | int) else a
+            for a, b in zip(last, query_time, strict=False)
+        ]
+        document["orphans"] = [[] for _ in last]
+    document["waiting"] = {
+        "time": [], "kind": [], "event_id": [], "session_id": [], "query_id": [], "a": [],
+        "b": [],
+    }
+    document["next_settle"] = None
+    document["ended"], document["ended_before"] = {}, {}
+    return document
+
+
+
 @dataclass
 class Sessions:
     """The sessionizer's explicit state: open sessions, accepted events waiting for the
@@ -343,6 +375,9 @@ class Sessions:
     Event ids are remembered in two generations of ``timeout + allowed_lateness`` of event
     time each: an id is known for at least that long and at most twice that long.
     """
+
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _sessions_1_to_2}
 
     config: SessionsConfig
     counters: OnlineCounters
@@ -413,7 +448,11 @@ class Sessions:
             },
         )
 
-    def restore(self, state: SessionsState, classes: int) -> None:
+    @classmethod
+    def restore(cls, layout: Layout, state: SessionsState) -> Sessions:
+        """The sessions of ``state``, counting into fresh counters until the pipeline hands
+        them its own (``counters``)."""
+        self, classes = cls(layout.config.sessions, OnlineCounters()), layout.classes
         same_lengths(
             "open sessions", state.ids, state.first, state.last, state.klass, state.queries,
             state.flags, state.query_id, state.query_class, state.query_time, state.older,
@@ -445,7 +484,7 @@ class Sessions:
             "waiting events: a kind, id or class out of range",
         )
         self.open = dict(zip(state.ids, map(
-            _restore_session, state.first, state.last, state.klass, state.queries, state.flags,
+            restored_session, state.first, state.last, state.klass, state.queries, state.flags,
             state.query_id, state.query_class, state.query_time,
             [older or None for older in state.older],
             [orphans or None for orphans in state.orphans],
@@ -475,6 +514,7 @@ class Sessions:
         }
         for session_id, session in self.open.items():
             self._schedule(session_id, session.last + self._timeout)
+        return self
 
     @property
     def open_count(self) -> int:
@@ -931,3 +971,4 @@ def _find(older: list[Any] | None, query_id: str | None) -> int:
             if older[i] == query_id:
                 return i
     return -1
+

@@ -7,8 +7,10 @@ the state at scrape time. Nothing here does I/O or reads the clock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 from monitor.config import Config
 from monitor.core.classes import ALL, NEW, QueryClasses
@@ -26,7 +28,7 @@ from monitor.core.online import (
     SessionsState,
 )
 from monitor.core.querylists import QueryLists, QueryListsState
-from monitor.core.snapshots import Int, require
+from monitor.core.snapshots import Int, Layout, Migration, Stateful, require
 from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
     SESSION_OF_QUERY,
@@ -53,6 +55,10 @@ FAILURES_LOGGED = 10
 class Health:
     """The daemon's own counters (``searchmon_*``)."""
 
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
+    """None: a reason added since starts at 0."""
+
     accepted: int = 0
     rejected: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(Reason, 0))
     ignored_actions: int = 0
@@ -71,12 +77,12 @@ class Health:
             self.ignored_actions, self.judged_messages,
         )
 
-    @staticmethod
-    def restore(state: HealthState) -> Health:
+    @classmethod
+    def restore(cls, layout: Layout, state: HealthState) -> Health:
         require(set(state.rejected) <= {r.value for r in Reason}, "health: an unknown reason")
         rejected = dict.fromkeys(Reason, 0)
         rejected.update({Reason(name): n for name, n in state.rejected.items()})
-        return Health(state.accepted, rejected, state.ignored_actions, state.judged_messages)
+        return cls(state.accepted, rejected, state.ignored_actions, state.judged_messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,30 +121,37 @@ class PipelineState:
     judged: JudgedState
     queries: QueryListsState | None
     """The query lists (None: disabled when it was taken)."""
+    versions: dict[str, Int]
+    """The version of each part's snapshot (``Pipeline.PARTS``): the codec migrates a part
+    whose version is older than its class's ``VERSION``."""
 
 
 class Pipeline:
     """Turns messages into online counters by query class."""
+
+    PARTS: ClassVar[tuple[tuple[str, type[Stateful[Any]]], ...]] = (
+        ("classes", QueryClasses), ("counters", OnlineCounters), ("sessions", Sessions),
+        ("health", Health), ("judged", Judged), ("queries", QueryLists),
+    )
+    """The stateful parts: the field of ``PipelineState`` each snapshot is kept in, and its
+    class (``snapshot()``, ``restore(layout, snapshot)``, ``VERSION``, ``MIGRATIONS``). The
+    query classes come first: the others refer to them by index."""
 
     def __init__(self, config: Config, decoders: DecoderChain | None = None) -> None:
         self.config = config
         self.decoders = decoders if decoders is not None else DecoderChain(config)
         """Bytes to events: the input formats of ``[input] formats``."""
         self._decode = self.decoders.read
+        self._max_chars = config.input.max_query_chars
         self.classes = QueryClasses.from_config(config.query_classes)
         self.counters = OnlineCounters()
         for _ in self.classes.names:
             self.counters.add_class()
         self.sessions = Sessions(config.sessions, self.counters)
-        self.sessions.served = self._join_live
         self.health = Health()
-        self._max_chars = config.input.max_query_chars
-        self._class_index = self.classes.index
         self.judged = Judged(config.offline)
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
-        if self.lists is not None:
-            self.sessions.finished = self.lists.finished
-            self.judged.show = self.lists.key  # judged keys are normalised: this redacts
+        self._wire()
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
         messages and live queries then wait in ``forwarded`` for ``forward_to``."""
@@ -283,46 +296,42 @@ class Pipeline:
         elif self.forward_live:
             self.forwarded.append(LiveQuery(self.classes.names[klass], time, text, results))
 
+    def _wire(self) -> None:
+        """Connect the parts: the sessions count into the counters and hand served lists to
+        the qrels join and finished queries to the lists; judged texts are redacted as the
+        lists' keys."""
+        self._class_index = self.classes.index
+        self.sessions.counters = self.counters
+        self.sessions.served = self._join_live
+        if self.lists is not None:
+            self.sessions.finished = self.lists.finished
+            self.judged.show = self.lists.key  # judged keys are normalised: this redacts
+
     def snapshot(self) -> PipelineState:
         return PipelineState(
-            list(self.classes.names), self.counters.snapshot(), self.sessions.snapshot(),
+            self.classes.snapshot(), self.counters.snapshot(), self.sessions.snapshot(),
             self.health.snapshot(), self.judged.snapshot(),
             self.lists.snapshot() if self.lists is not None else None,
+            {name: part.VERSION for name, part in self.PARTS},
         )
 
     @classmethod
     def restore(cls, config: Config, state: PipelineState) -> Pipeline:
-        """The pipeline ``state`` describes, under ``config`` (the one it was taken with);
-        raises ``StateError`` when its parts do not fit together."""
+        """The pipeline ``state`` describes, under ``config`` (the one it was taken with):
+        each part restored from its snapshot (``PARTS``); raises ``StateError`` when the
+        parts do not fit together."""
+        require(state.versions == {name: part.VERSION for name, part in cls.PARTS},
+                "pipeline state: parts of other versions (not migrated)")
+        layout = Layout(config, len(state.classes))
         pipeline = cls(config)
-        classes = pipeline.classes
-        known = len(classes.names)
-        require(
-            state.classes[:known] == classes.names and len(set(state.classes)) == len(
-                state.classes
-            ) and all(state.classes),
-            "query classes: not those of this configuration",
-        )
-        require(
-            len(state.classes) == known or (
-                not classes.fixed and len(state.classes) - 1 <= classes.limit
-            ),
-            "query classes: more than the configuration allows",
-        )
-        for name in state.classes[known:]:
-            classes._add(name)
-        pipeline._grow()
-        count = len(classes.names)
-        pipeline.counters.restore(state.counters, count)
-        pipeline.sessions.restore(state.sessions, count)
-        pipeline.health = Health.restore(state.health)
-        pipeline.judged.restore(state.judged, count)
-        lists = pipeline.lists
-        if lists is not None and state.queries is not None and not lists.restore(
-            state.queries, count
-        ):
-            log.info("query lists were kept under other [query_lists] settings: they start "
-                     "anew")
+        pipeline.classes = QueryClasses.restore(layout, state.classes)
+        pipeline.counters = OnlineCounters.restore(layout, state.counters)
+        pipeline.sessions = Sessions.restore(layout, state.sessions)
+        pipeline.health = Health.restore(layout, state.health)
+        pipeline.judged = Judged.restore(layout, state.judged)
+        if pipeline.lists is not None and state.queries is not None:
+            pipeline.lists = QueryLists.restore(layout, state.queries)
+        pipeline._wire()
         return pipeline
 
     def close(self) -> None:

@@ -23,10 +23,11 @@ collapsed) and redacted before anything is kept. Pure: no clock, no I/O.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from zlib import crc32
 
 from monitor.config import QueryListsConfig
@@ -40,7 +41,9 @@ from monitor.core.heavy import (
     Redactions,
     merge_many,
 )
-from monitor.core.snapshots import Float, Int, require, same_lengths
+from monitor.core.snapshots import Float, Int, Layout, Migration, require, same_lengths
+
+log = logging.getLogger(__name__)
 
 BUCKETS = 4
 """Time buckets per window."""
@@ -165,12 +168,20 @@ class _Batch:
         self.counts: dict[str, list[Any]] = {}
 
 
+def _lists_1_to_2(document: Any) -> Any:
+    """Version 1 (before the lists existed) kept none: they start empty."""
+    return None
+
+
 class QueryLists:
     """The query lists of one pipeline.
 
     Arrivals and outcomes are gathered in a ``_Batch`` per class; a batch goes to the tallies
     when a time outside its buckets comes, when it holds ``BATCH_KEYS`` queries, and before
     the tallies are read or snapshotted."""
+
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _lists_1_to_2}
 
     def __init__(self, config: QueryListsConfig) -> None:
         self.config = config
@@ -324,11 +335,15 @@ class QueryLists:
             list(self.open), list(self.open.values()),
         )
 
-    def restore(self, state: QueryListsState, classes: int) -> bool:
-        """Rebuild from ``state``; False (lists start empty) when it was kept under other
+    @classmethod
+    def restore(cls, layout: Layout, state: QueryListsState) -> QueryLists:
+        """The lists of ``state``; empty ones (logged) when it was kept under other
         settings. Raises ``StateError`` when its parts do not fit together."""
+        self, classes = cls(layout.config.query_lists), layout.classes
         if state.settings != settings_digest(self.config):
-            return False
+            log.info("query lists were kept under other [query_lists] settings: they start "
+                     "anew")
+            return self
         same_lengths("query lists: open queries", state.open_ids, state.open_keys)
         buckets: dict[float, dict[int, dict[int, Tally]]] = {
             length: {} for length in self.config.windows
@@ -353,7 +368,7 @@ class QueryLists:
         self._arrivals.clear()
         self._outcomes.clear()
         self.open = dict(zip(state.open_ids, state.open_keys, strict=True))
-        return True
+        return self
 
 
 def merge_tallies(

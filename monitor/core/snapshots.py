@@ -1,20 +1,60 @@
-"""What every stateful component's ``snapshot()`` is made of: plain values, and the checks
-that a snapshot read back from bytes fits together.
+"""What every stateful part's ``snapshot()`` is made of: plain values, the one interface of
+the parts, and the checks that a snapshot read back from bytes fits together.
 
-A snapshot is a frozen dataclass of numbers, strings, lists and other snapshots. The
-checkpoint codec (``monitor.codec``) writes and reads them; a component rebuilds itself from
-``(config, snapshot)`` and rebuilds its lookup caches. Infinite and NaN floats have no JSON
-form: ``-inf`` ("nothing seen yet") is written as null, and so is NaN (a measure that skipped
-a query).
+A stateful part of a pipeline (``Pipeline.PARTS``: the query classes, the online counters,
+the sessions, the daemon's own counters, the judged state, the query lists) has
+
+- ``snapshot()``: its state as a frozen dataclass of numbers, strings, lists and other
+  snapshots;
+- ``restore(layout, snapshot)``, a class method: the part rebuilt under ``layout`` (the
+  configuration, and how many query classes the parts refer to by index), with its lookup
+  caches; a snapshot whose pieces do not fit raises ``StateError``;
+- ``VERSION`` and ``MIGRATIONS``, next to it: ``MIGRATIONS[n]`` turns the JSON document of
+  version n of its snapshot into version n + 1. The checkpoint codec (``monitor.state.codec``)
+  records each part's version and runs the migrations a document needs.
+
+Infinite and NaN floats have no JSON form: ``-inf`` ("nothing seen yet") is written as null,
+and so is NaN (a measure that skipped a query).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Annotated
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol, Self, TypeVar
 
 from pydantic import Field
+
+if TYPE_CHECKING:
+    from monitor.config import Config
+
+Migration = Callable[[Any], Any]
+"""One step of a part's snapshot document: version n to version n + 1 (JSON values)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a part's state is laid out by: the configuration it was taken under, and the
+    number of query classes the parts refer to by index."""
+
+    config: Config
+    classes: int
+
+
+S = TypeVar("S")
+
+
+class Stateful(Protocol[S]):
+    """The interface every stateful part of a pipeline has."""
+
+    VERSION: ClassVar[int]
+    MIGRATIONS: ClassVar[Mapping[int, Migration]]
+
+    def snapshot(self) -> S: ...
+
+    @classmethod
+    def restore(cls, layout: Layout, state: S) -> Self: ...
 
 
 class StateError(ValueError):

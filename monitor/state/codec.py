@@ -15,13 +15,13 @@ are checked against each other when a component is rebuilt from it. Bytes that a
 altered, of another kind or of an unknown version fail with a ``CheckpointError`` that says
 which; nothing in them can run code.
 
-Versions: 2 was a pickle of the live objects; ``monitor.format2`` reads it as data (an
-unpickler that builds no object) and migrates it. 3 applied events on arrival; 4 keeps the
-accepted events the watermark has not passed, each session's first event time, the clicks
-waiting for their query and the ends of recently closed sessions; 5 (this format) adds the
-query lists and the worsened queries. A change of the snapshot types raises ``VERSION`` and
-adds a function ``migrate_N_to_N+1(document) -> document`` to ``MIGRATIONS``, applied in
-turn to older documents before validation.
+Versions of the format: 2 was a pickle of the live objects; ``monitor.state.format2`` reads
+it as data (an unpickler that builds no object) and migrates it. 3, 4 and 5 named no part
+versions (they are implied: ``PARTS_OF_FORMAT``); 6 (this format) records the version of each
+part of the pipeline's state (``PipelineState.versions``). A part that changes its snapshot
+raises its own ``VERSION`` and adds a migration next to itself (``Pipeline.PARTS``); this
+codec runs the migrations an older document needs, part by part, before validation. A change
+of the envelope itself raises ``VERSION`` and adds to ``MIGRATIONS``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from monitor.config import Config
-from monitor.core.pipeline import PipelineState
+from monitor.core.pipeline import Pipeline, PipelineState
 from monitor.core.snapshots import Float, Int
 from monitor.state.ledger import LedgerState
 
-VERSION = 5
+VERSION = 6
 PREFIX = b"searchmon-checkpoint "
 STATE_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "sessions": (
@@ -55,45 +55,50 @@ thresholds, ...) can change across a restart."""
 Document = dict[str, Any]
 
 
-def migrate_3_to_4(document: Document) -> Document:
-    """Format 3 applied every event on arrival: nothing waits, no click waits for its
-    query, no closed session is remembered, and a session's first event time is the
-    earliest it kept (its latest query's, or its last event's)."""
+PARTS_OF_FORMAT: dict[int, dict[str, int]] = {
+    3: {"sessions": 1, "judged": 1, "queries": 1},
+    4: {"sessions": 2, "judged": 1, "queries": 1},
+    5: {"sessions": 2, "judged": 2, "queries": 2},
+}
+"""The part versions formats 3 to 5 held (a part not named: version 1)."""
+
+
+def _name_the_parts(version: int) -> Callable[[Document], Document]:
+    def migrate(document: Document) -> Document:
+        pipeline = document.get("pipeline") if isinstance(document, dict) else None
+        if isinstance(pipeline, dict):  # else a ledger, or malformed (validation says so)
+            pipeline["versions"] = {
+                name: PARTS_OF_FORMAT[version].get(name, 1) for name, _ in Pipeline.PARTS
+            }
+        return document
+
+    return migrate
+
+
+MIGRATIONS: dict[int, Callable[[Document], Document]] = {
+    version: _name_the_parts(version) for version in PARTS_OF_FORMAT
+}
+"""``MIGRATIONS[n]`` turns a version-n envelope into a version n+1 envelope (3 and 4 go to
+6 directly: their parts are migrated by the parts)."""
+
+
+def migrate_parts(document: Document) -> Document:
+    """Each part of the pipeline's state brought to its class's version by its own
+    migrations; a part newer than this version knows is refused."""
     pipeline = document.get("pipeline") if isinstance(document, dict) else None
-    if not isinstance(pipeline, dict) or not isinstance(pipeline.get("sessions"), dict):
+    if not isinstance(pipeline, dict) or not isinstance(pipeline.get("versions"), dict):
         return document  # a ledger, or malformed (then validation says so)
-    sessions = pipeline["sessions"]
-    last, query_time = sessions.get("last"), sessions.get("query_time")
-    if isinstance(last, list) and isinstance(query_time, list):
-        sessions["first"] = [
-            min(a, b) if isinstance(a, float | int) and isinstance(b, float | int) else a
-            for a, b in zip(last, query_time, strict=False)
-        ]
-        sessions["orphans"] = [[] for _ in last]
-    sessions["waiting"] = {
-        "time": [], "kind": [], "event_id": [], "session_id": [], "query_id": [], "a": [],
-        "b": [],
-    }
-    sessions["next_settle"] = None
-    sessions["ended"], sessions["ended_before"] = {}, {}
+    versions = pipeline["versions"]
+    for name, part in Pipeline.PARTS:
+        version = versions.get(name)
+        if not isinstance(version, int) or not 1 <= version <= part.VERSION:
+            raise ValueError(f"{name}: version {version!r}, this version of searchmon reads "
+                             f"up to {part.VERSION}")
+        while version < part.VERSION:
+            pipeline[name] = part.MIGRATIONS[version](pipeline.get(name))
+            version += 1
+        versions[name] = version
     return document
-
-
-def migrate_4_to_5(document: Document) -> Document:
-    """Format 4 kept no query lists and no worsened queries: they start empty."""
-    pipeline = document.get("pipeline") if isinstance(document, dict) else None
-    if not isinstance(pipeline, dict):
-        return document  # a ledger, or malformed (then validation says so)
-    pipeline["queries"] = None
-    judged = pipeline.get("judged")
-    if isinstance(judged, dict):
-        judged["worsened"] = None
-        judged["drift"] = []
-    return document
-
-
-MIGRATIONS: dict[int, Callable[[Document], Document]] = {3: migrate_3_to_4, 4: migrate_4_to_5}
-"""``MIGRATIONS[n]`` turns a version-n payload into a version n+1 payload."""
 
 
 class CheckpointError(Exception):
@@ -123,6 +128,7 @@ class UnitState:
 
 
 T = TypeVar("T")
+CURRENT_PARTS = {name: part.VERSION for name, part in Pipeline.PARTS}
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "unit": TypeAdapter(UnitState),
     "ledger": TypeAdapter(LedgerState),
@@ -210,12 +216,17 @@ def _decode(kind: str, data: bytes, source: str) -> Any:
     adapter = _ADAPTERS[kind]
     try:
         if version == VERSION:
-            return adapter.validate_json(payload)
+            try:  # the fast path: every part of this version
+                decoded = adapter.validate_json(payload)
+                if kind != "unit" or decoded.pipeline.versions == CURRENT_PARTS:
+                    return decoded
+            except ValidationError:
+                pass  # an older part: migrated below, or the error is raised there
         document = json.loads(payload)
         while version < VERSION:
             document = MIGRATIONS[version](document)
-            version += 1
-        return adapter.validate_python(document)
+            version = VERSION if version in PARTS_OF_FORMAT else version + 1
+        return adapter.validate_python(migrate_parts(document))
     except (ValidationError, ValueError, RecursionError) as error:
         raise CheckpointError(f"{source}: unreadable checkpoint ({_first_line(error)})") from None
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from monitor.config import Config
 from monitor.core.export import Export, export
-from monitor.core.judged import Sample, Summary, Window, _add_cells
+from monitor.core.judged import Sample, Summary, Window
 from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import StateError, finite_or_none
 from monitor.inputs.events import Key
@@ -216,10 +216,9 @@ def _pipeline(record: Any, config: Config) -> Pipeline:
     pipeline = Pipeline(config)
     names = list(record["classes"]["names"])
     for name in names[len(pipeline.classes.names):]:
-        pipeline.classes._add(name)
+        pipeline.classes.add(name)
     if pipeline.classes.names != names:
         raise StateError("the query classes are not those of this configuration")
-    pipeline._grow()
     counters, old = pipeline.counters, record["counters"]
     for name in counters.COUNTS:
         setattr(counters, name, [int(v) for v in old[name]])
@@ -241,13 +240,13 @@ def _pipeline(record: Any, config: Config) -> Pipeline:
 def _sessions(pipeline: Pipeline, record: Any) -> None:
     sessions = pipeline.sessions
     ids, last, klass, queries, flags, query_id, query_class, query_time, older = record["open"]
-    from monitor.core.online import _restore_session
+    from monitor.core.online import restored_session
 
     # format 2 applied events on arrival: nothing waits, and a session's first event time
     # is unknown (its latest query's, or its last event's, is the earliest time kept)
     first = [min(t, q) for t, q in zip(last, query_time, strict=True)]
     sessions.open = dict(zip(ids, map(
-        _restore_session, first, last, klass, queries, flags, query_id, query_class,
+        restored_session, first, last, klass, queries, flags, query_id, query_class,
         query_time, older, [None] * len(ids),
     ), strict=True))
     sessions.newest = float(record["newest"])
@@ -304,8 +303,8 @@ def _judged(pipeline: Pipeline, record: Any) -> None:
 
 def _fill(window: Window, entries: Any) -> None:
     for scored in entries:
-        bucket = window.buckets.setdefault(int(scored["time"] // window.width), {})
-        _add_cells(bucket, int(scored["klass"]), tuple(float(v) for v in scored["values"]))
+        window.add(float(scored["time"]), int(scored["klass"]),
+                   tuple(float(v) for v in scored["values"]))
 
 
 def _sample(record: Any) -> Sample:

@@ -27,9 +27,12 @@ from monitor.state.ledger import Ledger
 from tests.support.files import DATA
 
 CUT = 24000
-FIXTURE = DATA / "checkpoint-v5.ckpt"
-"""A partition's checkpoint written by format 5 (``SEARCHMON_WRITE_GOLDEN=1`` rewrites it):
+FIXTURE = DATA / "checkpoint-v6.ckpt"
+"""A partition's checkpoint written by format 6 (``SEARCHMON_WRITE_GOLDEN=1`` rewrites it):
 the first ``CUT`` messages of ``fixture_stream()`` under the default configuration."""
+FIXTURE_V5 = DATA / "checkpoint-v5.ckpt"
+"""The same, written by format 5 (no part versions; one baseline for every class and
+measure); its parts are migrated on read."""
 FIXTURE_V4 = DATA / "checkpoint-v4.ckpt"
 """The same, written by format 4 (no query lists, no worsened queries); migrated on read."""
 FIXTURE_V3 = DATA / "checkpoint-v3.ckpt"
@@ -57,13 +60,16 @@ def encoded(pipeline: Pipeline, offset: int = 0) -> bytes:
     ))
 
 
-def test_the_committed_checkpoint_of_format_5_restores_as_the_stream_it_holds() -> None:
-    """Every later format must read this file (or migrate it): an upgrade keeps the open
+@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_V5], ids=["format-6", "format-5"])
+def test_the_committed_checkpoints_of_formats_5_and_6_restore_as_the_stream_they_hold(
+    fixture: Path,
+) -> None:
+    """Every later format must read these files (or migrate them): an upgrade keeps the open
     sessions, windows and baselines of a running deployment."""
     stream = fixture_stream()
-    if os.environ.get("SEARCHMON_WRITE_GOLDEN"):
+    if os.environ.get("SEARCHMON_WRITE_GOLDEN") and fixture == FIXTURE:
         FIXTURE.write_bytes(encoded(fed(stream[:CUT]), CUT))
-    unit, restored = restore_unit(FIXTURE.read_bytes(), str(FIXTURE), Config())
+    unit, restored = restore_unit(fixture.read_bytes(), str(fixture), Config())
     assert (unit.topic, unit.partition, unit.offset, unit.writer) == (
         "search-events", 0, CUT, "replica-1"
     )
@@ -137,7 +143,7 @@ def test_a_ledger_round_trips() -> None:
     (b"", "bad header"),
     (b"PK\x03\x04 a zip file", "bad header"),
     (b"searchmon-checkpoint 2\nabc\n\x80\x05", "checksum"),  # format 2: migrated if whole
-    (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 5"),
+    (b"searchmon-checkpoint 9 unit\nabc\n{}", "reads format 6"),
     (b"searchmon-checkpoint 3 ledger\nabc\n{}", "a ledger checkpoint where a unit"),
     (b"searchmon-checkpoint 3 unit\nabc\n{}", "checksum"),
 ])

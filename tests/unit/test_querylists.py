@@ -20,6 +20,7 @@ from monitor.core.heavy import SpaceSaving
 from monitor.core.judged import Judged
 from monitor.core.pipeline import Pipeline
 from monitor.core.querylists import BUCKETS, QueryLists, memory_bound, merge_tallies
+from monitor.core.snapshots import Layout
 from monitor.inputs.generate import Regression, Traffic, World, events
 from monitor.serve import page
 from monitor.serve.queries import (
@@ -464,9 +465,7 @@ def test_live_drift_keeps_at_most_two_windows_whatever_the_order_of_arrival() ->
         judged.live_query(bucket * half + 5, 0, "shoes", ["d0"])
     judged.close()
     assert sorted(judged.drift[HOUR]["shoes"][1]) == [10, 11, 12, 13]
-    again = Judged(config)
-    again.show = str
-    again.restore(judged.snapshot(), 1)
+    again = Judged.restore(Layout(Config(), 1), judged.snapshot())
     assert again.drift == judged.drift
 
 
