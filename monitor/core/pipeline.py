@@ -243,7 +243,7 @@ class Pipeline:
                 klass = self.classes.classify(
                     event.query_class, cut_text(event.query_text, self._max_chars)
                 )
-                self._grow()
+                self.grow()
                 accepted = (*accepted[:5], klass, accepted[6])
             reason = sessions.offer(accepted)
             if reason is not None:
@@ -347,7 +347,7 @@ class Pipeline:
             if isinstance(item, LiveQuery):
                 if holder is not None:
                     klass = holder.classes.classify(item.class_name, item.text)
-                    holder._grow()
+                    holder.grow()
                     holder._live_query(klass, item.time, item.text, item.results)
             else:
                 (holder if holder is not None else self)._apply(item)
@@ -373,7 +373,7 @@ class Pipeline:
                 klass = OVERALL
             elif name is not None:
                 klass = self.classes.classify(name, "")
-                self._grow()
+                self.grow()
             accepted = judged.accept(
                 message.time, event.get("sample_id"), klass,
                 judged.config.measures.index(measure) if measure is not None else None,
@@ -394,7 +394,7 @@ class Pipeline:
         else:
             assert message.ranking is not None, "a judgment's ranking is checked on arrival"
             klass = self.classes.classify(event.get("query_class"), event["query_text"])
-            self._grow()
+            self.grow()
             judged.judgment(
                 event["sample_id"], message.time, klass, event["query_text"], message.ranking,
                 dict(event["labels"]),
@@ -406,7 +406,7 @@ class Pipeline:
         self.judged.live_query(time, klass, text, results)
         self.judged.advance(time)
 
-    def _grow(self) -> None:
+    def grow(self) -> None:
         """Counters for every class known (classifying judged or joined queries may add some)."""
         while len(self.counters.queries) < len(self.classes.names):
             self.counters.add_class()

@@ -220,11 +220,14 @@ def _pipeline(record: Any, config: Config) -> Pipeline:
     if pipeline.classes.names != names:
         raise StateError("the query classes are not those of this configuration")
     counters, old = pipeline.counters, record["counters"]
-    for name in counters.COUNTS:
-        setattr(counters, name, [int(v) for v in old[name]])
+    pipeline.grow()
+    for name in counters.COUNTS:  # one added to the catalogue since starts at 0
+        if name in old.fields:
+            setattr(counters, name, [int(v) for v in old[name]])
     for name, histogram in counters.histograms():
-        histogram.counts = [[int(c) for c in row] for row in old[name]["counts"]]
-        histogram.sums = [float(v) for v in old[name]["sums"]]
+        if name in old.fields:
+            histogram.counts = [[int(c) for c in row] for row in old[name]["counts"]]
+            histogram.sums = [float(v) for v in old[name]["sums"]]
     _sessions(pipeline, record["sessions"])
     health, old_health = pipeline.health, record["health"]
     health.accepted = int(old_health["accepted"])
