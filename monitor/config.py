@@ -149,6 +149,10 @@ class SessionsConfig(Section):
     max_future: Duration = 300.0
     """Events stamped further ahead than this are rejected (``future_timestamp``): ahead of
     the wall clock in ``run``, of the median event time around them in ``replay``."""
+    idle_after: Duration = 30.0
+    """``run``: a partition read to its end that gets no event for this long (wall clock)
+    has its watermark follow the wall clock less ``allowed_lateness``, so that its last
+    events are applied and its sessions close; 0: never."""
 
 
 class ClassRule(Section):

@@ -270,6 +270,8 @@ class SessionsState:
     next_due: Float | None
     next_settle: Float | None
     unmatched_clicks: Int
+    floor: Float | None
+    """The wall clock the watermark followed while the partition was idle (None: never)."""
     shown: dict[str, ShownState] = field(default_factory=dict)
 
 
@@ -351,6 +353,13 @@ def _sessions_1_to_2(document: Any) -> Any:
 
 
 
+def _sessions_2_to_3(document: Any) -> Any:
+    """Version 2 had no idle watermark: the watermark followed event time alone."""
+    if isinstance(document, dict):
+        document["floor"] = None
+    return document
+
+
 @dataclass
 class Sessions:
     """The sessionizer's explicit state: open sessions, accepted events waiting for the
@@ -376,8 +385,10 @@ class Sessions:
     time each: an id is known for at least that long and at most twice that long.
     """
 
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _sessions_1_to_2}
+    VERSION: ClassVar[int] = 3
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
+        1: _sessions_1_to_2, 2: _sessions_2_to_3,
+    }
 
     config: SessionsConfig
     counters: OnlineCounters
@@ -385,6 +396,12 @@ class Sessions:
     waiting: dict[int, list[Accepted]] = field(default_factory=dict)
     """Accepted events the watermark has not passed, by ``time // settle_step``."""
     newest: float = float("-inf")
+    """The newest event time accepted."""
+    clock: float = float("-inf")
+    """What the watermark trails by the allowed lateness: the newest event time, or the
+    wall clock of an idle partition (``idle``) when that is later."""
+    floor: float = float("-inf")
+    """The wall clock the watermark last followed while idle."""
     seen: set[str] = field(default_factory=set)
     seen_before: set[str] = field(default_factory=set)
     ended: dict[str, float] = field(default_factory=dict)
@@ -441,7 +458,7 @@ class Sessions:
             generation_end=finite_or_none(self.generation_end),
             next_due=finite_or_none(self.next_due),
             next_settle=finite_or_none(self.next_settle),
-            unmatched_clicks=self.unmatched_clicks,
+            unmatched_clicks=self.unmatched_clicks, floor=finite_or_none(self.floor),
             shown={
                 query_id: ShownState(text, klass, time, sorted(docs.items()))
                 for query_id, (text, klass, time, docs) in self.shown.items()
@@ -495,6 +512,8 @@ class Sessions:
         ):
             self.waiting.setdefault(int(event[0] // self.settle_step), []).append(event)
         self.newest = or_minus_infinity(state.newest)
+        self.floor = or_minus_infinity(state.floor)
+        self.clock = max(self.newest, self.floor)
         self.seen, self.seen_before = set(state.seen), set(state.seen_before)
         self.ended, self.ended_before = dict(state.ended), dict(state.ended_before)
         self.generation_end = or_minus_infinity(state.generation_end)
@@ -538,7 +557,20 @@ class Sessions:
 
     @property
     def watermark(self) -> float:
-        return self.newest - self.config.allowed_lateness
+        return self.clock - self.config.allowed_lateness
+
+    def idle(self, now: float) -> bool:
+        """No event came for a while to a partition read to its end: the watermark follows
+        the wall clock ``now`` (less the allowed lateness), as it would behind an event at
+        ``now``. The events it passes are applied and the sessions it passes close; a late
+        event after that is placed or rejected by the usual rules. Returns whether anything
+        was applied or closed."""
+        if now <= self.clock:
+            return False
+        before = (self.open_count, sum(len(bucket) for bucket in self.waiting.values()))
+        self.floor = self.clock = now
+        self._advance()
+        return (self.open_count, sum(len(b) for b in self.waiting.values())) != before
 
     def offer(self, event: Accepted) -> Reason | None:
         """Accept an event (it is applied once the watermark passes it), or say why not."""
@@ -548,12 +580,13 @@ class Sessions:
             return Reason.DUPLICATE
         if time > self.horizon:
             return Reason.FUTURE_TIMESTAMP
-        newest = self.newest
-        if time > newest:
-            self.newest = newest = time
-            if time - self._lateness >= self.next_settle:
-                self._advance()
-        watermark = newest - self._lateness
+        if time > self.newest:
+            self.newest = time
+            if time > self.clock:
+                self.clock = time
+                if time - self._lateness >= self.next_settle:
+                    self._advance()
+        watermark = self.clock - self._lateness
         if time >= watermark:
             seen.add(event_id)
             number = int(time // self.settle_step)
@@ -609,7 +642,7 @@ class Sessions:
     def _advance(self) -> None:
         """Apply the waiting events the watermark has passed, in event time order; close
         the sessions it has passed."""
-        watermark = self.newest - self._lateness
+        watermark = self.clock - self._lateness
         step, waiting = self.settle_step, self.waiting
         current = int(watermark // step)  # the bucket the watermark is in
         ready: list[Accepted] = []
@@ -676,7 +709,7 @@ class Sessions:
     def _close_due(self) -> None:
         """Close the sessions the watermark has passed; rotate the dedupe memory."""
         config = self.config
-        watermark = self.newest - config.allowed_lateness
+        watermark = self.clock - config.allowed_lateness
         if self.newest >= self.generation_end:
             self.seen_before, self.seen = self.seen, set()
             self.ended_before, self.ended = self.ended, {}

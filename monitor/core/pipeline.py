@@ -334,6 +334,11 @@ class Pipeline:
         pipeline._wire()
         return pipeline
 
+    def idle(self, now: float) -> bool:
+        """The partition is read to its end and quiet: its watermark follows the wall clock
+        ``now`` (``Sessions.idle``). Returns whether anything was applied or closed."""
+        return self.sessions.idle(now)
+
     def close(self) -> None:
         """End of input: every open session closes and is counted; every sample completes."""
         self.sessions.close_all()

@@ -44,6 +44,7 @@ from monitor.run.worker import (
     Assign,
     Assigned,
     Drop,
+    Idle,
     Process,
     Processed,
     Rewind,
@@ -191,6 +192,11 @@ class Daemon:
         self.turned = self.progressed = time.monotonic()
         """When the consumer loop last turned; when records were last processed (or none
         waited): ``/livez``."""
+        self.heard: dict[Key, float] = {}
+        """When each owned partition last had records (or was acquired), monotonic."""
+        self.idling: set[Key] = set()
+        """The partitions whose watermark follows the wall clock (``[sessions] idle_after``)."""
+        self._next_idle = 0.0
 
     @property
     def exported(self) -> Export:
@@ -261,6 +267,7 @@ class Daemon:
                     waiting |= self._rewind(source, worker)
                 self._send(source, worker, batch, waiting)
                 self._measure_lag(source)
+                self._idle(worker)
                 if self.coordinator.due() and self._assigning is None:
                     self._checkpoint(source, worker)
             if source is not None:
@@ -521,11 +528,44 @@ class Daemon:
             log.info("the dead-letter topic acknowledged the copies held: consumption resumes")
         if parts:
             horizon = self.clock.now() + self.config.sessions.max_future
+            heard = time.monotonic()
+            for key, _, _ in parts:
+                self.heard[key] = heard
+                self.idling.discard(key)
             worker.send(Process(parts, self._judgments_caught_up(source), horizon))
             self._in_flight = batch
             self._parts = [key for key, _, _ in parts]
             self._sent_at = time.monotonic()
             self._stall_logged = False
+
+    def _idle(self, worker: Worker) -> None:
+        """The events partitions read to their end that had no record for ``[sessions]
+        idle_after``: their watermark follows the wall clock (checked every second), so
+        that a quiet stream finishes counting (its last events applied, its sessions
+        closed) instead of waiting for the next event."""
+        after = self.config.sessions.idle_after
+        now = time.monotonic()
+        if not after or now < self._next_idle or self._in_flight is not None or (
+            self._assigning is not None
+        ):
+            return
+        self._next_idle = now + 1.0
+        for key in self.heard.keys() - self.owned:  # given up: heard anew when acquired
+            del self.heard[key]
+        self.idling &= self.owned
+        topic = self.config.kafka.judgments_topic
+        quiet = {
+            key for key in self.owned
+            if key[0] != topic and self.lag.get(key) == 0
+            and now - self.heard.setdefault(key, now) >= after
+        }
+        if not quiet:
+            return
+        if quiet - self.idling:
+            log.info("%s: no event for %g s, read to the end: the watermark follows the wall "
+                     "clock", _names(quiet - self.idling), after)
+            self.idling |= quiet
+        worker.send(Idle(frozenset(quiet), self.clock.now()))
 
     def _judgments_go_first(
         self, source: KafkaSource, batch: Records, waiting: set[Key]

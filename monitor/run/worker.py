@@ -93,6 +93,15 @@ class Assign:
 
 
 @dataclass(frozen=True)
+class Idle:
+    """Partitions read to their end that got no event for ``[sessions] idle_after``: their
+    watermark follows the wall clock ``now`` (no answer)."""
+
+    keys: frozenset[Key]
+    now: float
+
+
+@dataclass(frozen=True)
 class Drop:
     """Partitions given up (no answer)."""
 
@@ -132,7 +141,7 @@ class Stop:
     pass
 
 
-Request = Assign | Drop | Rewind | Process | Checkpoint | Stop
+Request = Assign | Drop | Idle | Rewind | Process | Checkpoint | Stop
 
 
 # --- answers ----------------------------------------------------------------------------------
@@ -243,6 +252,9 @@ class PartitionStates:
             case Drop(keys):
                 self.drop(set(keys))
                 return None
+            case Idle(keys, now):
+                self.idle(set(keys), now)
+                return None
         raise TypeError(f"not a request: {request!r}")
 
     # --- partitions come and go ------------------------------------------------------------
@@ -285,6 +297,15 @@ class PartitionStates:
     def rewind(self, keys: set[Key]) -> None:
         for key in keys & self.units.keys():
             self.offsets[key] = 0
+
+    def idle(self, keys: set[Key], now: float) -> None:
+        """The watermark of ``keys`` follows the wall clock; those where events were applied
+        or sessions closed are written at the next checkpoint (exported then)."""
+        for key in keys:
+            pipeline = self.units.get(key)
+            if pipeline is not None and pipeline.idle(now):
+                self.dirty.add(key)
+                self.shown_dirty = True
 
     def drop(self, keys: set[Key]) -> None:
         for key in keys:

@@ -912,3 +912,38 @@ def test_a_lasting_regression_stays_flagged_until_a_baseline_is_accepted(
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_a_finished_stream_is_counted_in_full_soon_after_caught_up(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """No event follows the last ones: once a partition is read to its end and quiet for
+    `[sessions] idle_after`, its watermark follows the wall clock, so every click is applied
+    and every session closes, as at the end of a replay (which closes everything)."""
+    broker.create_topics({"idle-events": 2, "idle-judgments": 1})
+    broker.produce("idle-events", generated(23, 20))
+    messages = read_back(broker, "idle-events", 2)
+    closed = expected(messages)
+    for pipeline in closed:
+        pipeline.close()
+    want = counts_of(closed)
+    open_ones = counts_of(expected(messages))
+    assert want != open_ones, "without the idle watermark some would stay uncounted"
+    kafka = 'events_topic = "idle-events"\njudgments_topic = "idle-judgments"\n'
+    port = free_port()
+    daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port, kafka,
+                          idle_after="2s")
+    try:
+        wait_for_log(tmp_path, daemon, "caught up", 120)
+        caught_up = time.monotonic()
+        counted = wait_for(lambda: online_counts(scrape(port)), "every session counted", 60,
+                           until=lambda counts: counts == want, every=0.5)
+        print(f"counted in full {time.monotonic() - caught_up:.1f} s after caught up")
+        assert counted == want
+        assert "the watermark follows the wall clock" in log_of(tmp_path)
+    except AssertionError:
+        print_daemon_logs(tmp_path)
+        raise
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)

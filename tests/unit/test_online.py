@@ -16,7 +16,7 @@ from monitor.inputs.events import Reason
 from monitor.inputs.generate import Regression, Traffic, World, events
 from monitor.serve.report import report
 from tests.support.checkpoints import round_trip
-from tests.support.events import click, conversion, dwell, query
+from tests.support.events import T0, click, conversion, dwell, query
 
 # Short timeouts keep the tables readable: sessions close 60 s after their last event,
 # the watermark trails the newest event by 10 s.
@@ -174,6 +174,33 @@ def test_sessions_close_when_the_watermark_passes_them() -> None:
     assert sum(pipeline.counters.sessions) == 2
     assert not pipeline.sessions.open
     assert [e[3] for e in pipeline.sessions.waiting_events()] == ["s3"]
+
+
+def test_an_idle_partition_finishes_counting_by_the_wall_clock() -> None:
+    """Nothing after the last events: the watermark follows the wall clock once the partition
+    is idle, so the held click is applied and the session closes, as at the end of a replay;
+    a late event after that is placed or rejected by the usual rules; the state restores."""
+    stream = [query("e1", 0, "s1", "q1"), click("e2", 5, "s1", "q1"),
+              query("e3", 8, "s2", "q2")]
+    pipeline = Pipeline(CONFIG)
+    for message in stream:
+        assert pipeline.feed(message) is None
+    assert sum(pipeline.counters.clicks) == 0 and sum(pipeline.counters.sessions) == 0
+    assert not pipeline.idle(T0 + 7), "a wall clock behind the events moves nothing"
+    assert pipeline.idle(T0 + 20)  # watermark 10: the click and s2's query are applied
+    assert sum(pipeline.counters.clicks) == 1 and not pipeline.sessions.waiting
+    assert pipeline.sessions.open_count == 2
+    assert pipeline.idle(T0 + 80)  # watermark 70 > 8 + 60: both sessions close
+    assert not pipeline.sessions.open and not pipeline.idle(T0 + 81)
+    _, closed = run(*stream)
+    assert export(pipeline).slices == export(closed).slices, "counted as a replay's end"
+    assert export(pipeline).newest == T0 + 8, "the newest event time stays the events'"
+    late = pipeline.feed(click("e4", 9, "s2", "q2"))
+    assert late is not None and late.reason is Reason.TOO_LATE
+    assert pipeline.feed(query("e5", 75, "s3", "q3")) is None, "inside the lateness: placed"
+    restored = round_trip(pipeline)
+    assert restored.sessions.clock == pipeline.sessions.clock == T0 + 81
+    assert restored.sessions.floor == T0 + 81
 
 
 def test_first_click_histograms() -> None:
