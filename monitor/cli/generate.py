@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from datetime import datetime
 
-from monitor.cli.common import EXIT_OK
+from monitor.cli.common import EXIT_OK, UsageError
 
 
 def command(args: argparse.Namespace) -> int:
     from monitor.inputs.generate import Regression, Traffic, World, messages
 
     world = World.build(args.seed)
-    start = Traffic().start
+    start = _start(args, Traffic().start)
     traffic = Traffic(
         seed=args.seed, start=start, sessions_per_second=args.sessions_per_second,
         duration=args.duration, malformed_rate=args.malformed_rate,
@@ -43,3 +45,35 @@ def command(args: argparse.Namespace) -> int:
         if args.output:
             out.close()
     return EXIT_OK
+
+
+def _start(args: argparse.Namespace, default: float) -> float:
+    """The first event time: ``--start``, or ``--end`` (when the last session begins) less
+    the duration; to Kafka, by default the traffic ends at the wall clock (its last sessions
+    run on for at most about four minutes, within ``max_future``: a running daemon takes it
+    as live); to a file, the fixed default start (same seed, same bytes)."""
+    if args.start is not None and args.end is not None:
+        raise UsageError("generate: give --start or --end, not both")
+    if args.start is not None:
+        return _time(args.start, "--start")
+    duration = float(args.duration)
+    if args.end is not None:
+        return _time(args.end, "--end") - duration
+    return time.time() - duration if args.kafka else default
+
+
+def _time(text: str, option: str) -> float:
+    if text == "now":
+        return time.time()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"generate: {option} {text!r}: expected now, epoch seconds or an "
+                         "ISO 8601 time with an offset (2026-05-04T09:00:00Z)") from None
+    if moment.tzinfo is None:
+        raise UsageError(f"generate: {option} {text!r} has no offset (Z or +02:00)")
+    return moment.timestamp()

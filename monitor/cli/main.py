@@ -266,6 +266,11 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("--duration", type=parse_duration, default=3600.0,
                      help="event time to cover (default 1h)")
+    gen.add_argument("--start", metavar="TIME",
+                     help="first event time: now, epoch seconds or ISO 8601 (default: "
+                     "2026-09-21T14:13:20Z to a file; to Kafka, so that it ends now)")
+    gen.add_argument("--end", metavar="TIME", help="last event time instead (then the start "
+                     "is END less the duration)")
     gen.add_argument("--sessions-per-second", type=float, default=5.0)
     gen.add_argument("--judged-every", type=parse_duration, default=0.0,
                      help="event time between judged samples (default: none)")

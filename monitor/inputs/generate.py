@@ -136,6 +136,19 @@ class Traffic:
     judged_every: float = 0.0  # seconds of event time between judged samples; 0: none
     judged_queries: int = 200
     qrels: bool = False  # start with qrels messages for the judged queries (live evaluation)
+    tag: str | None = None
+    """What the event, query and session ids start with; None: the seed and the start
+    (``run_tag``), so that two runs into one daemon share no id. ``""``: the ids of the
+    first releases, which the committed checkpoints of ``tests/data`` were written from."""
+
+    @property
+    def ids(self) -> str:
+        return run_tag(self.seed, self.start) if self.tag is None else self.tag
+
+
+def run_tag(seed: int, start: float) -> str:
+    """The ids' prefix of a run: its seed and start, in hexadecimal."""
+    return f"{seed:x}.{int(start):x}-"
 
 
 def rfc3339(seconds: float) -> str:
@@ -167,6 +180,7 @@ def messages(world: World, traffic: Traffic) -> Iterator[Message]:
     next_sample = traffic.start + traffic.judged_every if traffic.judged_every else float("inf")
     end = traffic.start + traffic.duration
     sample_number = 0
+    tag = traffic.ids
     # the last session message and its key: a duplicate is keyed like its original, so that
     # in Kafka it lands in the original's partition, where the consumer recognises it
     previous: tuple[str, bytes] | None = None
@@ -179,7 +193,7 @@ def messages(world: World, traffic: Traffic) -> Iterator[Message]:
             }), True)
     while True:
         if next_session < end and (not heap or next_session <= heap[0][0]):
-            session_id = f"s{next(counter):09d}-{traffic.seed}"
+            session_id = f"s{tag}{next(counter):09d}-{traffic.seed}"
             for item in _session(world, traffic, rng, session_id, next_session, counter):
                 heapq.heappush(heap, item)
             next_session += rng.expovariate(traffic.sessions_per_second)
@@ -204,13 +218,13 @@ def _session(
     world: World, traffic: Traffic, rng: random.Random, session_id: str, start: float,
     counter: Iterator[int],
 ) -> Iterator[tuple[float, int, str, bytes]]:
-    time = start
+    time, ids = start, traffic.ids
     query = world.pick(rng)
     for _ in range(1 + min(int(rng.expovariate(0.8)), 6)):
-        query_id = f"q{next(counter):010d}"
+        query_id = f"q{ids}{next(counter):010d}"
         results = world.served(query, time, traffic.regression, rng)
         event = {
-            "type": "query", "event_id": f"e{next(counter):010d}", "timestamp": rfc3339(time),
+            "type": "query", "event_id": f"e{ids}{next(counter):010d}", "timestamp": rfc3339(time),
             "session_id": session_id, "query_id": query_id, "query_text": query.text,
             "result_ids": list(results), "result_count": len(results) * 37 if results else 0,
             "query_class": query.klass, "latency_ms": round(rng.lognormvariate(3.5, 0.6), 1),
@@ -228,7 +242,7 @@ def _session(
             satisfied = rng.random() < SATISFACTION[grade]
             dwell = rng.uniform(30.0, 240.0) if satisfied else rng.uniform(2.0, 25.0)
             click = {
-                "type": "click", "event_id": f"e{next(counter):010d}",
+                "type": "click", "event_id": f"e{ids}{next(counter):010d}",
                 "timestamp": rfc3339(click_time), "session_id": session_id,
                 "query_id": query_id, "doc_id": doc, "position": position,
                 "dwell_ms": round(dwell * 1000),
@@ -238,7 +252,7 @@ def _session(
             if satisfied:
                 if rng.random() < CLASS_PROFILES[query.klass][4]:
                     conversion = {
-                        "type": "conversion", "event_id": f"e{next(counter):010d}",
+                        "type": "conversion", "event_id": f"e{ids}{next(counter):010d}",
                         "timestamp": rfc3339(click_time), "session_id": session_id,
                         "query_id": query_id, "doc_id": doc, "value": round(rng.uniform(5, 200), 2),
                     }
@@ -256,6 +270,7 @@ def _judged_sample(
     world: World, traffic: Traffic, rng: random.Random, number: int, time: float
 ) -> Iterator[bytes]:
     """A fixed set of queries judged again: served rankings, labels with judge noise."""
+    ids = traffic.ids
     for index in _judged_set(world, traffic):
         query = world.queries[index]
         ranking = world.served(query, time, traffic.regression, rng)
@@ -263,7 +278,7 @@ def _judged_sample(
         labels = {doc: _judge(rng, query.relevance[doc]) for doc in judged}
         yield _dump({
             "type": "judgment", "sample_id": f"sample-{number}", "timestamp": rfc3339(time),
-            "query_id": f"j{number}-{index}", "query_text": query.text,
+            "query_id": f"j{ids}{number}-{index}", "query_text": query.text,
             "query_class": query.klass, "ranking": list(ranking), "labels": labels,
         })
 

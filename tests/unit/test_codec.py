@@ -43,6 +43,7 @@ def fixture_stream() -> list[bytes]:
     return [line for _, _, line in events(World.build(3), Traffic(
         seed=3, duration=4 * 3600.0, sessions_per_second=1.0, qrels=True, judged_every=3600.0,
         judged_queries=40, regression=Regression("navigational", 1.79e9 + 3600.0),
+        tag="",  # the ids the committed checkpoints were written with
     ))]
 
 

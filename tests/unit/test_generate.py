@@ -71,3 +71,45 @@ def test_injected_regression_moves_only_its_class() -> None:
         assert abs(broken[klass]["ndcg"] - base[klass]["ndcg"]) < 0.05, klass
 
 
+
+
+def ids_of(seed: int, start: float) -> set[str]:
+    traffic = Traffic(seed=seed, start=start, duration=600, sessions_per_second=2,
+                      malformed_rate=0, duplicate_rate=0, judged_every=300, judged_queries=10)
+    found = set()
+    for _, _, line in events(World.build(seed), traffic):
+        event = json.loads(line)
+        found |= {event[k] for k in ("event_id", "session_id", "query_id") if k in event}
+    return found
+
+
+def test_ids_are_unique_per_seed_and_start() -> None:
+    """Two runs into one daemon share no event, session or query id (they were rejected as
+    duplicates, or joined each other's sessions)."""
+    start = Traffic().start
+    first = ids_of(1, start)
+    assert first and not first & ids_of(2, start), "another seed"
+    assert not first & ids_of(1, start + 3600), "another start"
+    assert first == ids_of(1, start), "the same seed and start: the same ids"
+
+
+def test_to_kafka_the_traffic_ends_at_the_wall_clock() -> None:
+    import argparse
+    import time
+
+    from monitor.cli.common import UsageError
+    from monitor.cli.generate import _start
+
+    def start(**given: object) -> float:
+        args = {"start": None, "end": None, "kafka": None, "duration": 3600.0} | given
+        return _start(argparse.Namespace(**args), 7.0)
+
+    assert start() == 7.0, "to a file: the fixed start"
+    before = time.time()
+    assert before - 3600 <= start(kafka="127.0.0.1:9092") <= time.time() - 3600
+    assert start(end="2026-11-26T00:00:00Z") == 1_795_651_200.0 - 3600
+    assert start(start="1790000000") == 1_790_000_000.0
+    for bad in ({"start": "2026-11-26T00:00:00"}, {"start": "yesterday"},
+                {"start": "now", "end": "now"}):
+        with pytest.raises(UsageError):
+            start(**bad)
