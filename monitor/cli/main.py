@@ -181,7 +181,9 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     rn.add_argument("--config", type=Path, required=True, help="TOML configuration")
     rn.add_argument(
         "--discard-checkpoint", action="store_true",
-        help="move an unusable (or outdated) checkpoint aside instead of refusing to start",
+        help="move aside a checkpoint that cannot be used (unreadable, or written under "
+        "other state settings) instead of refusing to start; a usable one is restored (to "
+        "start over: searchmon reset)",
     )
     rn.set_defaults(handler=_run)
 
@@ -231,6 +233,22 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     broker.add_argument("--partitions", type=int, default=4,
                         help="partitions of the events topic (default 4)")
     broker.set_defaults(handler=_broker)
+
+    reset = commands.add_parser(
+        "reset",
+        help="start over: move the state aside and set the group's offsets",
+        description="With every replica stopped: move the checkpoints and the ledger aside "
+        "(into reset-TIME/ of [state] dir; the changelog's records are deleted) and set the "
+        "group's committed offsets of the events and judgments topics to the earliest, the "
+        "latest, or those of a time.",
+    )
+    reset.add_argument("--config", type=Path, required=True, help="TOML configuration")
+    reset.add_argument("--to", default="earliest", metavar="earliest|latest|TIME",
+                       help="where the group starts reading again (default earliest; TIME: "
+                       "ISO 8601 with an offset, the first offsets at or after it)")
+    reset.add_argument("--dry-run", action="store_true",
+                       help="say which offsets it would set, change nothing")
+    reset.set_defaults(handler=_lazy("reset"))
 
     base = commands.add_parser(
         "baseline",

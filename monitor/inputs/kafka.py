@@ -128,6 +128,14 @@ class KafkaSource:
     def seek(self, key: Key, offset: int) -> None:
         _if_assigned(self.consumer.seek, TopicPartition(*key), offset)
 
+    def committed(self, key: Key) -> int | None:
+        """The group's committed offset of ``key`` (None: none, or not known now)."""
+        try:
+            offset = self.consumer.committed(TopicPartition(*key))
+        except KafkaError:
+            return None
+        return int(offset) if offset is not None else None
+
     def seek_to_beginning(self, key: Key) -> None:
         _if_assigned(self.consumer.seek_to_beginning, TopicPartition(*key))
 

@@ -379,6 +379,14 @@ class Daemon:
                 recreated.add(key)
             elif restored.offset is not None:  # the checkpoint, not the committed offset
                 source.seek(key, restored.offset)
+            else:
+                committed = source.committed(key)
+                if committed is not None:
+                    log.info("%s/%d: no checkpoint: reading from the group's committed "
+                             "offset %d", *key, committed)
+                else:
+                    log.info("%s/%d: no checkpoint and no committed offset: reading from "
+                             "the partition's start", *key)
         if recreated:
             for key in recreated:
                 source.seek_to_beginning(key)

@@ -353,6 +353,22 @@ class KafkaStore:
             self.generations.pop(key, None)
         producer.flush(timeout=30)
 
+    def forget_all(self) -> int:
+        """Delete every checkpoint of the changelog (``searchmon reset``): a tombstone for
+        each key that holds a record. Returns how many."""
+        self._create_topic()
+        live: dict[bytes, bool] = {}
+        for key, value in self._read():
+            live[key] = value is not None
+        producer = self._producer_()
+        keys = [key for key, alive in live.items() if alive]
+        for key in keys:
+            producer.send(self.topic, key=key, value=None, partition=0)
+        producer.flush(timeout=30)
+        self.generations.clear()
+        self.manifests.clear()
+        return len(keys)
+
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close(timeout=10)

@@ -947,3 +947,63 @@ def test_a_finished_stream_is_counted_in_full_soon_after_caught_up(
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_reset_starts_over_from_the_earliest_or_the_latest_offsets(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """`searchmon reset` moves the state aside and sets the group's committed offsets: the
+    next start counts the topic anew from the earliest (as one daemon that never ran), or
+    nothing of it from the latest; it refuses while the daemon runs; the log says where a
+    partition without a checkpoint starts reading and why."""
+    broker.create_topics({"reset-events": 2, "reset-judgments": 1})
+    broker.produce("reset-events", generated(29, 5))
+    messages = read_back(broker, "reset-events", 2)
+    total = sum(map(len, messages))
+    kafka = 'events_topic = "reset-events"\njudgments_topic = "reset-judgments"\n'
+    group, port = f"g-{uuid.uuid4().hex}", free_port()
+    config = tmp_path / "searchmon.toml"
+
+    def reset(to: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*SEARCHMON, "reset", "--config", str(config), "--to", to],
+                              capture_output=True, text=True, timeout=120)
+
+    def run_until_read(events: int) -> dict[str, float]:
+        daemon = start_daemon(tmp_path, broker, group, port, kafka)
+        try:
+            starts = log_of(tmp_path).count("took over") + 1
+            if events:
+                values = wait_until_read(port, events)
+            else:  # taken over, then two checkpoints later still nothing read
+                wait_for(lambda: log_of(tmp_path).count("took over"), "took over", 120,
+                         until=lambda count: count == starts, every=0.2)
+                for _ in range(2):
+                    stamp = scrape(port).get("searchmon_checkpoint_timestamp_seconds", 0.0)
+                    wait_for(lambda: scrape(port).get(
+                        "searchmon_checkpoint_timestamp_seconds", 0.0
+                    ), "a checkpoint", 60, until=lambda now, s=stamp: now > s, every=0.2)
+                values = scrape(port)
+            assert reset("earliest").returncode == 2, "refused while the daemon runs"
+            return values
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=30)
+
+    try:
+        first = run_until_read(total)
+        done = reset("earliest")
+        assert done.returncode == 0, done.stderr
+        assert "reset-events/0: 0" in done.stdout and "moved checkpoints" in done.stdout
+        assert list(tmp_path.glob("state/reset-*/checkpoints/*.ckpt"))
+        again = run_until_read(total)
+        assert online_counts(again) == online_counts(first) == counts_of(expected(messages))
+        assert "no checkpoint: reading from the group's committed offset 0" in log_of(tmp_path)
+        done = reset("latest")
+        assert done.returncode == 0, done.stderr
+        ends = {f"reset-events/{p}: {len(m)}" for p, m in enumerate(messages)}
+        assert all(line in done.stdout for line in ends), done.stdout
+        after = run_until_read(0)
+        assert after.get("searchmon_events_read_total", 0.0) == 0.0
+    except AssertionError:
+        print_daemon_logs(tmp_path)
+        raise
