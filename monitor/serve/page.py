@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from monitor.core.classes import ALL
 from monitor.core.export import Export, SliceFigures
+from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.serve.queries import QueryState, Report
 
 ROWS = 10
@@ -113,17 +114,33 @@ def _online(export: Export, shown: Sequence[str]) -> str:
         figures = _figures(export, name)
         if figures is None:
             continue
-        queries, sessions = figures["queries"], figures["sessions"]
-        rows.append([
-            escape(name), f"{queries:,}", _ratio(figures["clicked_queries"], queries),
-            _ratio(figures["zero_result_queries"], queries), f"{sessions:,}",
-            _ratio(figures["abandoned_sessions"], sessions),
-            _ratio(figures["successful_sessions"], sessions), f"{figures['conversions']:,}",
-        ])
+        rows.append([escape(name), *_online_row(figures.get)])
     return "<h2>Online, since the daemon's state began</h2>" + _table(
-        ["class", "queries", "CTR", "zero-result rate", "sessions", "abandonment", "success",
-         "conversions"], rows,
+        ["class", *(title for _, title in ONLINE_COLUMNS)], rows,
     )
+
+
+ONLINE_COLUMNS = (
+    ("queries", "queries"), ("ctr", "CTR"), ("zero_result_rate", "zero-result rate"),
+    ("sessions", "sessions"), ("abandonment_rate", "abandonment"),
+    ("session_success_rate", "success"), ("conversions", "conversions"),
+)
+"""The columns of the online tables: counters of ``OnlineCounters.COUNTS`` and ratios of
+``RATIOS``, by name, with their titles."""
+
+
+def _online_row(counts: Callable[[str], int | None]) -> list[str]:
+    """The cells of ``ONLINE_COLUMNS`` over the counters ``counts`` gives by name (None:
+    unknown, shown as -)."""
+    cells = []
+    for name, _ in ONLINE_COLUMNS:
+        if any(r.name == name for r in RATIOS):
+            value = ratio(name, counts)
+            cells.append("-" if value is None else f"{value:.3f}")
+        else:
+            count = counts(name)
+            cells.append("-" if count is None else f"{count:,}")
+    return cells
 
 
 def _figures(export: Export, name: str) -> dict[str, int] | None:
@@ -132,9 +149,7 @@ def _figures(export: Export, name: str) -> dict[str, int] | None:
     )
     if not parts:
         return None
-    names = ("queries", "clicked_queries", "zero_result_queries", "sessions",
-             "abandoned_sessions", "successful_sessions", "conversions")
-    return {n: sum(p.count(n) for p in parts) for n in names}
+    return {n: sum(p.count(n) for p in parts) for n in OnlineCounters.COUNTS}
 
 
 def _verdicts(export: Export, shown: Sequence[str]) -> str:
@@ -213,10 +228,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{h}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _ratio(numerator: int, denominator: int) -> str:
-    return f"{numerator / denominator:.3f}" if denominator else "-"
 
 
 def _utc(seconds: float) -> str:

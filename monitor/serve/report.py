@@ -9,23 +9,17 @@ from typing import Any
 
 from monitor.core.classes import ALL
 from monitor.core.judged import OVERALL
-from monitor.core.online import OnlineCounters
+from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.core.pipeline import Pipeline
 from monitor.serve.queries import query_report
-
-
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
 
 
 def _online_entry(counters: OnlineCounters, classes: list[int]) -> dict[str, Any]:
     entry: dict[str, Any] = {
         name: sum(getattr(counters, name)[c] for c in classes) for name in OnlineCounters.COUNTS
     }
-    entry["ctr"] = _ratio(entry["clicked_queries"], entry["queries"])
-    entry["zero_result_rate"] = _ratio(entry["zero_result_queries"], entry["queries"])
-    entry["abandonment_rate"] = _ratio(entry["abandoned_sessions"], entry["sessions"])
-    entry["session_success_rate"] = _ratio(entry["successful_sessions"], entry["sessions"])
+    for r in RATIOS:
+        entry[r.name] = ratio(r.name, entry.get)
     return entry
 
 
