@@ -1,0 +1,187 @@
+"""The status page as rendered: the last hour beside the hour it is compared with, the totals
+view, the data's age and the broker, the reloads. The page's routes: its parameters and their
+errors."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+import pytest
+
+from monitor.core.export import Export, OfflineFigures, SliceFigures, VerdictFigures
+from monitor.core.history import HOUR, WEEK, History, Period, Point, Recent, recent
+from monitor.core.online import OnlineCounters
+from monitor.serve import page
+from monitor.serve.http import Request
+from monitor.serve.page import Broker, Status, render
+from monitor.serve.routes import Routes
+from tests.support.html import elements, table_after
+
+T = 1_790_000_100.0  # 2026-09-21 14:15:00 UTC
+
+
+def counts(**named: int) -> tuple[int, ...]:
+    return tuple(named.get(name, 0) for name in OnlineCounters.COUNTS)
+
+
+def figures(time: float | None, verdicts: tuple[VerdictFigures, ...] = (),
+            **per_class: tuple[int, ...]) -> Export:
+    return Export(
+        slices=tuple(SliceFigures((name,), values, ()) for name, values in per_class.items()),
+        newest=time, offline=OfflineFigures(verdicts=verdicts) if verdicts else None,
+    )
+
+
+def shown(export: Export, **options: Any) -> str:
+    options.setdefault("now", export.newest)
+    options.setdefault("refresh", 30)
+    return render(export, None, **options).decode()
+
+
+def ctr_step() -> tuple[Export, Recent]:
+    """Four hours of a web class at 60 queries a minute: CTR 0.74 for three, 0.32 in the last
+    (44, then 19 clicked a minute); a news class at 10 a minute, CTR 0.5."""
+    history = History()
+    for minute in range(4 * 60):
+        web = min(minute, 180) * 44 + max(minute - 180, 0) * 19
+        history.observe(figures(
+            T + minute * 60.0, web=counts(queries=60 * minute, clicked_queries=web),
+            news=counts(queries=10 * minute, clicked_queries=5 * minute),
+        ))
+    now = figures(T + 4 * HOUR, web=counts(queries=14400, clicked_queries=180 * 44 + 60 * 19),
+                  news=counts(queries=2400, clicked_queries=1200))
+    return now, recent(history, now)
+
+
+def test_the_online_table_shows_the_last_hour_beside_the_hour_before() -> None:
+    now, last = ctr_step()
+    html = shown(now, recent=last)
+    rows = table_after(html, "Online: the last hour")
+    assert rows[0][:4] == ["class", "period", "queries", "CTR"]
+    by = {(row[0], row[1]) for row in rows}
+    assert ("all", "last hour") in by and ("web", "last hour") in by
+    web = rows[[row[0] for row in rows].index("web")]
+    before = rows[[row[0] for row in rows].index("web") + 1]
+    assert web[1:4] == ["last hour", "3,600", "0.317"]
+    assert before[:4] == ["", "hour before", "3,600", "0.733"]
+    everything = rows[1]
+    assert everything[:4] == ["all", "last hour", "4,200", f"{(1140 + 300) / 4200:.3f}"]
+    assert "against the hour before: 2026-09-21 16:15:00 to 17:15:00 UTC (60 min)" in html
+    assert "Last hour: 2026-09-21 17:15:00 to 18:15:00 UTC (60 min)" in html
+    totals = shown(now, recent=last, view="total")
+    rows = table_after(totals, "Online: since the state began")
+    assert rows[2][:3] == ["web", "14,400", f"{(180 * 44 + 60 * 19) / 14400:.3f}"]
+    assert "0.317" not in totals, "the totals view has no last hour"
+    assert "href='/?view=total'" in html and "href='/'" in totals
+
+
+def test_a_week_of_history_is_compared_with_the_same_hour_a_week_earlier() -> None:
+    start = Point(T - WEEK - HOUR, {("web",): counts(queries=100, clicked_queries=70)})
+    end = Point(T - WEEK, {("web",): counts(queries=1100, clicked_queries=810)})
+    hour = Period(Point(T - HOUR, {("web",): counts(queries=5000, clicked_queries=3000)}),
+                  Point(T, {("web",): counts(queries=6000, clicked_queries=3300)}))
+    html = shown(figures(T, web=counts(queries=6000)), recent=Recent(hour, Period(start, end),
+                                                                    week=True))
+    rows = table_after(html, "Online: the last hour")
+    assert rows[3][:4] == ["web", "last hour", "1,000", "0.300"]
+    assert rows[4][:4] == ["", "a week earlier", "1,000", "0.740"]
+    assert "against the same hour a week earlier" in html
+
+
+def test_what_the_history_cannot_tell_is_shown_as_unknown_never_negative() -> None:
+    """A partition moved away: the replica's query counter went down over the hour."""
+    hour = Period(Point(T - HOUR, {("web",): counts(queries=900, clicked_queries=300,
+                                                    sessions=10)}),
+                  Point(T, {("web",): counts(queries=700, clicked_queries=350, sessions=30)}))
+    html = shown(figures(T, web=counts(queries=700)), recent=Recent(hour))
+    web = table_after(html, "Online: the last hour")[2]
+    assert web[:6] == ["web", "last hour", "-", "-", "-", "20"]
+    assert not any(cell.startswith("-") and cell != "-" for cell in web), web
+    assert "nothing to compare with yet" in html
+    young = shown(figures(T, web=counts(queries=5)), recent=Recent())
+    assert "No history yet" in young
+
+
+@pytest.mark.parametrize(("age", "broker", "text", "red"), [
+    (12.0, Broker(True, None), "data 12 s old", False),
+    (-3.0, Broker(True, None), "data 0 s old", False),  # stamped ahead of this clock
+    (299.0, Broker(True, None), "data 4 min old", False),
+    (610.0, Broker(True, None), "data 10 min old", True),
+    (3 * 86400.0 + 7200, None, "data 3 d 2 h old", False),  # a replay's data is its input's
+])
+def test_the_header_says_how_old_the_data_is(
+    age: float, broker: Broker | None, text: str, red: bool
+) -> None:
+    html = shown(figures(T, web=counts()), now=T + age, broker=broker)
+    assert text in html
+    assert (f"<span class=bad>{text}</span>" in html) is red
+
+
+@pytest.mark.parametrize(("broker", "text", "red"), [
+    (Broker(True, None), "broker connected", False),
+    (Broker(False, "not connected to Kafka"), "broker unreachable: not connected to Kafka",
+     True),
+    (Broker(True, "restoring the state of events/0"),
+     "not ready: restoring the state of events/0", True),
+    (None, "replay", False),
+])
+def test_the_header_gives_the_broker_state_as_readyz_does(
+    broker: Broker | None, text: str, red: bool
+) -> None:
+    html = shown(figures(T, web=counts()), broker=broker)
+    assert text in html
+    assert (f"<span class=bad>{text}</span>" in html) is red
+
+
+def test_the_page_reloads_itself_unless_told_not_to() -> None:
+    html = shown(figures(T, web=counts()), refresh=30, only="web")
+    assert elements(html, "meta")[2] == {"http-equiv": "refresh", "content": "30"}
+    assert "reloads every 30 s" in html and "href='/?class=web&refresh=0'" in html
+    still = shown(figures(T, web=counts()), refresh=0)
+    assert all(meta.get("http-equiv") is None for meta in elements(still, "meta"))
+    assert "not reloading" in still and "href='/?view=total&refresh=0'" in still
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0 s"), (119.9, "119 s"), (120, "2 min"), (3600, "60 min"), (7199, "119 min"),
+    (7200, "2 h"), (7260, "2 h 1 min"), (172799, "47 h 59 min"), (172800, "2 d"),
+    (190800, "2 d 5 h"),
+])
+def test_durations_read_in_at_most_two_units(seconds: float, text: str) -> None:
+    assert page._duration(seconds) == text
+
+
+def answer(routes: Routes, path: str, query: str = "") -> tuple[HTTPStatus, str]:
+    reply = routes.answer(Request("GET", path, "", False, False, 0.0, query))
+    return reply.status, reply.body.decode()
+
+
+def test_the_page_takes_a_view_and_a_refresh_and_says_what_is_wrong() -> None:
+    from prometheus_client.registry import CollectorRegistry
+
+    from monitor.serve.routes import Pages
+
+    now, last = ctr_step()
+    connected = [True]
+    status = Status(lambda: now, lambda: None, lambda: None, recent=lambda: last,
+                    connected=lambda: connected[0], clock=lambda: T + 4 * HOUR + 42)
+    registry = CollectorRegistry()
+    routes = Routes(registry, lambda: None if connected[0] else "not connected to Kafka",
+                    lambda: None, Pages(registry, 1.0, lambda: 0.0), status, refresh=45)
+    status_code, html = answer(routes, "/")
+    assert status_code == HTTPStatus.OK
+    assert "<meta http-equiv=refresh content=45>" in html and "data 42 s old" in html
+    assert "broker connected" in html and "Online: the last hour" in html
+    connected[0] = False
+    assert "broker unreachable: not connected to Kafka" in answer(routes, "/")[1]
+    assert "http-equiv" not in answer(routes, "/", "refresh=0")[1]
+    assert "content=5>" in answer(routes, "/", "refresh=5&class=web")[1]
+    assert "Online: since the state began" in answer(routes, "/", "view=total")[1]
+    for query, problem in [("refresh=-1", "refresh:"), ("refresh=1e3", "refresh:"),
+                           ("refresh=86401", "refresh:"), ("refresh=%C2%B2", "refresh:"),
+                           ("view=week", "view:"), ("colour=red", "class, view and refresh")]:
+        status_code, body = answer(routes, "/", query)
+        assert status_code == HTTPStatus.BAD_REQUEST and problem in body, (query, body)
+    status_code, body = answer(routes, "/queries", "view=total")
+    assert status_code == HTTPStatus.BAD_REQUEST and "filters are class" in body
