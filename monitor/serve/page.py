@@ -2,8 +2,9 @@
 
 At the top, how old the data is and the broker's state. Per query class: the online figures of
 the last hour beside the same hour a week earlier (or the hour before), or since the state
-began (``?view=total``); the latest verdicts of the judged samples; the queries that worsened
-(sample against baseline, and the live qrels join); and the top query lists. ``?class=NAME`` shows
+began (``?view=total``); the latest verdicts of the judged samples with the trend of the
+recent samples' means; the queries that worsened (sample against baseline, and the live qrels
+join); and the top query lists. ``?class=NAME`` shows
 one class (the alerts link there). The page reloads itself every ``[http] page_refresh``
 seconds (``?refresh=N``, 0: never). No script, no external asset.
 """
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
@@ -34,6 +36,8 @@ STALE = 300.0
 input)."""
 
 View = Literal["hour", "total"]
+Trend = Mapping[tuple[str, str], Sequence[float]]
+"""Per (query class, measure): the means of the recent judged samples, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Status:
     """What the lists are made of, for ``searchmon top`` over several replicas."""
     recent: Callable[[], Recent] = Recent
     """The last hour and what it is compared with (``monitor.core.history``)."""
+    trend: Callable[[], Trend] = lambda: {}
+    """The recent judged samples' means (empty: no trend shown)."""
     connected: Callable[[], bool] | None = None
     """Whether the broker is reachable (the daemon); None: a replay of files."""
     clock: Callable[[], float] = time.time
@@ -70,7 +76,7 @@ table{border-collapse:collapse;margin:.3em 0 .8em}td,th{padding:.15em .6em;
 border-bottom:1px solid #e3e3e3;text-align:right}th{background:#f2f2f2}
 td:first-child,th:first-child{text-align:left}.bad{background:#ffd6d6;font-weight:bold}
 .ok{color:#246b24}.muted,tr.muted td{color:#666}.grid{display:flex;flex-wrap:wrap;gap:1.5em}
-nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}
+nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}svg{vertical-align:middle}
 .state{font-size:1.05em}.state span{padding:0 .3em}h2 a{font-size:.75em;font-weight:normal;
 margin-left:1em}td.period{text-align:left}
 """
@@ -81,18 +87,19 @@ CONTENT_SECURITY_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 """What a browser lets the page do: apply its one inline style sheet (named by its hash, so
-no other style, inline or not, applies) and follow links; load nothing else (no script, image,
+no other style, inline or not, applies), draw its inline SVG sparklines (part of the page,
+styled by presentation attributes) and follow links; load nothing else (no script, image,
 font, frame or connection), submit no form, and be framed by no page. The endpoint sends it
 with every answer. A reload by ``<meta http-equiv=refresh>`` needs no script."""
 
 
 def render(
     export: Export, queries: Report | None, only: str | None = None, *,
-    recent: Recent | None = None, now: float | None = None,
+    recent: Recent | None = None, trend: Trend | None = None, now: float | None = None,
     broker: Broker | None = None, view: View = "hour", refresh: int = 0,
 ) -> bytes:
     """The page; ``only``: a query class to show alone; ``recent``: the last hour and its
-    comparison; ``now``: the wall clock (None: no data age);
+    comparison; ``trend``: the sparklines' means; ``now``: the wall clock (None: no data age);
     ``broker``: None for a replay; ``view``: the online figures of the last hour or since the
     state began; ``refresh``: seconds between reloads (0: none)."""
     classes = [s.slice[0] for s in export.slices]
@@ -118,7 +125,7 @@ def render(
         "<a href='/metrics'>/metrics</a></nav>",
         _online_total(export, shown, link(shown_view="hour")) if view == "total" else
         _online_hour(recent or Recent(), shown, link(shown_view="total")),
-        _verdicts(export, shown),
+        _verdicts(export, shown, trend or {}),
     ]
     if queries is None:
         parts.append("<h2>Queries</h2><p class=muted>Not computed yet: the query lists "
@@ -266,7 +273,7 @@ def _period(period: Period) -> str:
     return f"{_utc(start)[:-4]} to {shown_end} ({_duration(end - start)})"
 
 
-def _verdicts(export: Export, shown: Sequence[str]) -> str:
+def _verdicts(export: Export, shown: Sequence[str], trend: Trend) -> str:
     offline = export.offline
     if offline is None or not offline.verdicts:
         return "<h2>Judged samples</h2><p class=muted>No sample compared with a baseline yet.</p>"
@@ -277,10 +284,46 @@ def _verdicts(export: Export, shown: Sequence[str]) -> str:
         verdict = {True: "<span class=bad>REGRESSION</span>", False: "<span class=ok>ok</span>",
                    None: "<span class=muted>too few shared queries</span>"}[v.regression]
         rows.append([escape(v.slice[0]), escape(v.measure), verdict, f"{v.delta:+.4f}",
-                     f"{v.p_permutation:.4g}", f"{v.shared:,}"])
+                     f"{v.p_permutation:.4g}", f"{v.shared:,}",
+                     _sparkline(trend.get((v.slice[0], v.measure), ()), v.regression is True)])
     return "<h2>Judged samples: latest sample against its baseline</h2>" + _table(
-        ["class", "measure", "verdict", "change of mean", "p (randomization)", "shared queries"],
+        ["class", "measure", "verdict", "change of mean", "p (randomization)", "shared queries",
+         "recent samples' means"],
         rows,
+    )
+
+
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+
+
+def _sparkline(means: Sequence[float], regression: bool) -> str:
+    """The means as an inline SVG line, oldest left, scaled to their own range; the newest
+    marked (red in a regression); its title lists them. Fewer than two: none."""
+    values = [m for m in means if math.isfinite(m)]
+    if len(values) < 2:
+        return "<span class=muted>-</span>"
+    low, high = min(values), max(values)
+    pad = 3.0
+    width, height = SPARK_WIDTH - 2 * pad, SPARK_HEIGHT - 2 * pad
+
+    def xy(i: int, value: float) -> tuple[float, float]:
+        x = pad + width * i / (len(values) - 1)
+        y = pad + (height / 2 if high == low else height * (high - value) / (high - low))
+        return x, y
+
+    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(i, v) for i, v in enumerate(values)))
+    last_x, last_y = xy(len(values) - 1, values[-1])
+    listed = ", ".join(f"{v:.3f}" for v in values)
+    label = f"means of the last {len(values)} samples, oldest first: {listed}"
+    return (
+        f"<svg class=spark width={SPARK_WIDTH} height={SPARK_HEIGHT} "
+        f"viewBox='0 0 {SPARK_WIDTH} {SPARK_HEIGHT}' role=img aria-label='{label}'>"
+        f"<title>{label}</title>"
+        f"<polyline points='{points}' fill=none stroke='#4a4a4a' stroke-width=1.5 "
+        "stroke-linejoin=round stroke-linecap=round />"
+        f"<circle cx={last_x:.1f} cy={last_y:.1f} r=2.5 "
+        f"fill='{'#c62828' if regression else '#4a4a4a'}' /></svg> "
+        f"<span class=muted>{low:.3f}&ndash;{high:.3f}</span>"
     )
 
 

@@ -1,6 +1,6 @@
 """The status page as rendered: the last hour beside the hour it is compared with, the totals
-view, the data's age and the broker, the reloads. The page's routes: its parameters and their
-errors."""
+view, the data's age and the broker, the reloads, the judged trends. The page's routes: its
+parameters and their errors."""
 
 from __future__ import annotations
 
@@ -143,6 +143,35 @@ def test_the_page_reloads_itself_unless_told_not_to() -> None:
     assert "not reloading" in still and "href='/?view=total&refresh=0'" in still
 
 
+def verdict(name: str, measure: str, regression: bool | None) -> VerdictFigures:
+    return VerdictFigures((name,), measure, 40, regression, -0.12, 0.001, 0.002)
+
+
+def test_each_verdict_carries_the_trend_of_the_recent_samples() -> None:
+    export = figures(T, (verdict("web", "nDCG@10", True), verdict("news", "nDCG@10", False),
+                         verdict("all", "P@5", None)), web=counts(), news=counts())
+    trend = {("web", "nDCG@10"): [0.61, 0.60, 0.62, 0.41], ("news", "nDCG@10"): [0.5, 0.5],
+             ("all", "P@5"): [0.3]}
+    html = shown(export, trend=trend)
+    svgs = elements(html, "svg")
+    assert len(svgs) == 2, "a trend of one sample draws nothing"
+    lines = elements(html, "polyline")
+    assert [len(str(line["points"]).split()) for line in lines] == [4, 2]
+    assert all(line["stroke"] and line["fill"] == "none" for line in lines)
+    web = [tuple(map(float, p.split(","))) for p in str(lines[0]["points"]).split()]
+    assert web[3][1] == max(y for _, y in web), "the fall is drawn downwards"
+    assert web[2][1] == min(y for _, y in web)
+    news = [tuple(map(float, p.split(","))) for p in str(lines[1]["points"]).split()]
+    assert news[0][1] == news[1][1], "a flat trend is a flat line"
+    dots = elements(html, "circle")
+    assert [dot["fill"] for dot in dots] == ["#c62828", "#4a4a4a"], "red under a regression"
+    assert "oldest first: 0.610, 0.600, 0.620, 0.410" in html
+    rows = table_after(html, "Judged samples")
+    assert rows[0][-1] == "recent samples' means" and rows[1][-1] == "0.410\u20130.620"
+    assert rows[3][-1] == "-"
+    assert "style=" not in html and "<script" not in html, "the policy allows all of it"
+
+
 @pytest.mark.parametrize(("seconds", "text"), [
     (0, "0 s"), (119.9, "119 s"), (120, "2 min"), (3600, "60 min"), (7199, "119 min"),
     (7200, "2 h"), (7260, "2 h 1 min"), (172799, "47 h 59 min"), (172800, "2 d"),
@@ -185,3 +214,31 @@ def test_the_page_takes_a_view_and_a_refresh_and_says_what_is_wrong() -> None:
         assert status_code == HTTPStatus.BAD_REQUEST and problem in body, (query, body)
     status_code, body = answer(routes, "/queries", "view=total")
     assert status_code == HTTPStatus.BAD_REQUEST and "filters are class" in body
+
+
+def test_a_replay_gives_each_class_the_means_of_the_samples_it_keeps() -> None:
+    """The trends of ``replay --serve``: per class and measure, the mean of each completed
+    sample kept (the last ``max(last_samples)``, 4 by default), the newest last, as the
+    export's mean over the last sample has it."""
+    from monitor.config import Config
+    from monitor.core.export import export
+    from monitor.core.pipeline import Pipeline
+    from monitor.inputs.generate import Traffic, World, events
+    from monitor.serve.report import sample_means
+
+    pipeline = Pipeline(Config())
+    for _, _, line in events(World.build(3), Traffic(
+        seed=5, duration=6 * 3600.0, sessions_per_second=0.05, qrels=True,
+        judged_every=3600.0, judged_queries=30,
+    )):
+        pipeline.feed(line)
+    pipeline.close()
+    means = sample_means(pipeline)
+    assert means and {len(m) for m in means.values()} <= {1, 2, 3, 4}
+    assert max(len(m) for m in means.values()) == 4, "six samples, the last four kept"
+    offline = export(pipeline).offline
+    assert offline is not None
+    latest = [m for m in offline.means if m.source == "sample" and m.window == 1]
+    assert {m.slice[0] for m in latest} >= {"all", "navigational"}
+    for last in latest:
+        assert means[(last.slice[0], last.measure)][-1] == pytest.approx(last.mean)
