@@ -4,7 +4,7 @@ At the top, how old the data is and the broker's state. Per query class: the onl
 the last hour beside the same hour a week earlier (or the hour before), or since the state
 began (``?view=total``); the latest verdicts of the judged samples with the trend of the
 recent samples' means; the queries that worsened (sample against baseline, and the live qrels
-join); and the top query lists. ``?class=NAME`` shows
+join), red where the verdict is a regression; and the top query lists. ``?class=NAME`` shows
 one class (the alerts link there). The page reloads itself every ``[http] page_refresh``
 seconds (``?refresh=N``, 0: never). No script, no external asset.
 """
@@ -134,8 +134,12 @@ def render(
         parts.append("<h2>Queries</h2><p class=muted>Query lists are disabled "
                      "(<code>[query_lists] enabled = false</code>).</p>")
     else:
+        offline = export.offline
+        regressions = {(v.slice[0], v.measure) for v in offline.verdicts if v.regression} if (
+            offline is not None
+        ) else set()
         for name in shown:
-            parts.append(_queries(queries, name))
+            parts.append(_queries(queries, name, regressions))
     parts.append("</body></html>\n")
     return "".join(parts).encode()
 
@@ -327,7 +331,9 @@ def _sparkline(means: Sequence[float], regression: bool) -> str:
     )
 
 
-def _queries(queries: Report, name: str) -> str:
+def _queries(queries: Report, name: str, regressions: Collection[tuple[str, str]]) -> str:
+    """The worsened queries and the lists of class ``name``; the worsened ones in red only
+    where the class's verdict on that measure is a regression (``regressions``)."""
     parts = [f"<h2 id='class-{escape(name)}'>Queries: {escape(name)}</h2>"]
     worsened = [e for e in queries.get("worsened", []) if e["query_class"] == name]
     parts.append("<div class=grid>")
@@ -338,10 +344,14 @@ def _queries(queries: Report, name: str) -> str:
         else:
             title = (f"{escape(entry['measure'])} worsened: live qrels join, last "
                      f"{escape(entry['window'])} against the {escape(entry['window'])} before")
+        change = "{:+.3f}"
+        if (name, entry["measure"]) in regressions:
+            title += " <span class=bad>REGRESSION</span>"
+            change = "<span class=bad>{:+.3f}</span>"
         parts.append(f"<div><h3>{title}</h3>" + _table(
             ["query", "before", "after", "change"],
             [[escape(r["query"]), f"{r['before']:.3f}", f"{r['after']:.3f}",
-              f"<span class=bad>{r['delta']:+.3f}</span>"] for r in entry["rows"][:ROWS]],
+              change.format(r["delta"])] for r in entry["rows"][:ROWS]],
         ) + "</div>")
     parts.append("</div>")
     if not worsened:

@@ -1,6 +1,6 @@
 """The status page as rendered: the last hour beside the hour it is compared with, the totals
-view, the data's age and the broker, the reloads, the judged trends. The page's routes: its
-parameters and their errors."""
+view, the data's age and the broker, the reloads, the judged trends and the worsened queries in
+red only under a regression. The page's routes: its parameters and their errors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from monitor.serve import page
 from monitor.serve.http import Request
 from monitor.serve.page import Broker, Status, render
 from monitor.serve.routes import Routes
-from tests.support.html import elements, table_after
+from tests.support.html import elements, table_after, tables
 
 T = 1_790_000_100.0  # 2026-09-21 14:15:00 UTC
 
@@ -170,6 +170,25 @@ def test_each_verdict_carries_the_trend_of_the_recent_samples() -> None:
     assert rows[0][-1] == "recent samples' means" and rows[1][-1] == "0.410\u20130.620"
     assert rows[3][-1] == "-"
     assert "style=" not in html and "<script" not in html, "the policy allows all of it"
+
+
+def worsened(name: str, measure: str) -> dict[str, Any]:
+    return {"source": "sample", "sample_id": "s2", "baseline_id": "s1", "query_class": name,
+            "measure": measure,
+            "rows": [{"query": f"{name} query", "before": 0.9, "after": 0.4, "delta": -0.5}]}
+
+
+def test_worsened_queries_are_red_only_under_a_regression() -> None:
+    export = figures(T, (verdict("web", "nDCG@10", True), verdict("news", "nDCG@10", False)),
+                     web=counts(), news=counts())
+    report = {"enabled": True, "min_sessions": 3, "lists": [],
+              "worsened": [worsened("web", "nDCG@10"), worsened("news", "nDCG@10")]}
+    html = render(export, report, now=T).decode()
+    web = html[html.index("Queries: web"):html.index("Queries: news")]
+    news = html[html.index("Queries: news"):]
+    assert "<span class=bad>-0.500</span>" in web and "REGRESSION" in web
+    assert "-0.500" in news and "class=bad" not in news
+    assert tables(news)[0][1] == ["news query", "0.900", "0.400", "-0.500"]
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
