@@ -28,12 +28,22 @@ def replay(pipeline: Pipeline, path: Path, log: RejectionLog) -> None:
 
 
 def replay_files(
+    config: Config, events: list[Path], judgments: list[Path], log: RejectionLog
+) -> Pipeline:
+    """The pipeline over the event files, in event time order whatever the files' order,
+    then the judgment files; every session closed, every sample completed."""
+    pipeline = replay_input(config, events, judgments, log)
+    pipeline.close()
+    return pipeline
+
+
+def replay_input(
     config: Config, events: list[Path], judgments: list[Path], log: RejectionLog,
     history: History | None = None,
 ) -> Pipeline:
-    """The pipeline over the event files, in event time order whatever the files' order,
-    then the judgment files; every session closed, every sample completed. With ``history``,
-    the counters go into it as the events' time passes, as the daemon's exports do.
+    """``replay_files`` but for the sessions still open at the end of the input, which stay
+    open (as in a daemon that read as far: ``close()`` ends them). With ``history``, the
+    counters go into it as the events' time passes, as the daemon's exports do.
 
     The event files are streamed as they are when they are in order within the allowed
     lateness (then that gives the same result as sorting them). At the first event further
@@ -66,7 +76,6 @@ def replay_files(
         pipeline.offline_tick(pipeline.sessions.newest, number == len(judgments))
     if not judgments:
         pipeline.offline_tick(pipeline.sessions.newest, True)
-    pipeline.close()
     return pipeline
 
 
@@ -86,7 +95,7 @@ def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) 
 def command(args: argparse.Namespace) -> int:
     import ssl
 
-    from monitor.core.history import recent
+    from monitor.core.history import Recent, recent
     from monitor.core.pipeline import RejectionLog
     from monitor.run.tuning import tune_for_throughput
     from monitor.serve.page import Status
@@ -104,16 +113,19 @@ def command(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read {path}: not a readable file")
     history = History() if args.serve else None
     try:
-        pipeline = replay_files(config, args.events, args.judgments, rejections, history)
+        pipeline = replay_input(config, args.events, args.judgments, rejections, history)
     except OSError as error:
         raise UsageError(f"cannot read {error.filename}: {error.strerror or error}") from None
+    # the last hour as the daemon would show it: sessions count when they end, and those
+    # still open at the end of the input end only now, all at once
+    last_hour = recent(history, export(pipeline)) if history is not None else Recent()
+    pipeline.close()
     result = report(pipeline)
     sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
     sys.stdout.flush()
     if args.serve:
         figures = export(pipeline)
         state = query_state([pipeline], pipeline, config)
-        last_hour = recent(history or History(), figures)
         means = sample_means(pipeline)
         status = Status(lambda: figures, lambda: result["queries"], lambda: state,
                          recent=lambda: last_hour, trend=lambda: means)

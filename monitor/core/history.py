@@ -89,7 +89,7 @@ class Recent:
     when the history is younger) to the newest event."""
     earlier: Period | None = None
     """The same hour a week earlier when the history reaches back that far (``week``), else
-    the hour before ``hour``."""
+    the hour before ``hour`` (from the sample two hours before the newest event)."""
     week: bool = False
 
 
@@ -219,7 +219,7 @@ def recent(history: History, figures: Export) -> Recent:
     week_start, week_end = history.at(now.time - WEEK - HOUR), history.at(now.time - WEEK)
     if week_start is not None and week_end is not None:
         return Recent(hour, Period(week_start, week_end), week=True)
-    before = history.at(start.time - HOUR)
+    before = history.at(now.time - 2 * HOUR)
     if before is not None:
         return Recent(hour, Period(before, start))
     return Recent(hour)

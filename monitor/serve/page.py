@@ -78,7 +78,7 @@ td:first-child,th:first-child{text-align:left}.bad{background:#ffd6d6;font-weigh
 .ok{color:#246b24}.muted,tr.muted td{color:#666}.grid{display:flex;flex-wrap:wrap;gap:1.5em}
 nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}svg{vertical-align:middle}
 .state{font-size:1.05em}.state span{padding:0 .3em}h2 a{font-size:.75em;font-weight:normal;
-margin-left:1em}td.period{text-align:left}
+margin-left:1em}.period{text-align:left}
 """
 
 CONTENT_SECURITY_POLICY = (
@@ -298,22 +298,25 @@ def _verdicts(export: Export, shown: Sequence[str], trend: Trend) -> str:
 
 
 SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+SPARK_SPAN = 0.1
+"""The least range of means a sparkline's height stands for: noise stays small."""
 
 
 def _sparkline(means: Sequence[float], regression: bool) -> str:
-    """The means as an inline SVG line, oldest left, scaled to their own range; the newest
-    marked (red in a regression); its title lists them. Fewer than two: none."""
+    """The means as an inline SVG line, oldest left, its height their range (at least
+    ``SPARK_SPAN``, around their middle); the newest marked (red in a regression); its
+    title lists them. Fewer than two: none."""
     values = [m for m in means if math.isfinite(m)]
     if len(values) < 2:
         return "<span class=muted>-</span>"
     low, high = min(values), max(values)
+    span = max(high - low, SPARK_SPAN)
+    top = (low + high + span) / 2
     pad = 3.0
     width, height = SPARK_WIDTH - 2 * pad, SPARK_HEIGHT - 2 * pad
 
     def xy(i: int, value: float) -> tuple[float, float]:
-        x = pad + width * i / (len(values) - 1)
-        y = pad + (height / 2 if high == low else height * (high - value) / (high - low))
-        return x, y
+        return pad + width * i / (len(values) - 1), pad + height * (top - value) / span
 
     points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(i, v) for i, v in enumerate(values)))
     last_x, last_y = xy(len(values) - 1, values[-1])
@@ -411,8 +414,9 @@ def _table(
 
 
 def _duration(seconds: float) -> str:
-    """``12 s``, ``4 min``, ``3 h 20 min``, ``2 d 5 h``: at most two units, rounded down."""
-    whole = int(seconds)
+    """``12 s``, ``4 min``, ``3 h 20 min``, ``2 d 5 h``: at most two units (to the nearest
+    second, then down)."""
+    whole = round(seconds)
     if whole < 120:
         return f"{whole} s"
     minutes, hours, days = whole // 60, whole // 3600, whole // 86400

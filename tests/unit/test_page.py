@@ -4,7 +4,9 @@ red only under a regression. The page's routes: its parameters and their errors.
 
 from __future__ import annotations
 
+from datetime import datetime
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,14 +157,20 @@ def test_each_verdict_carries_the_trend_of_the_recent_samples() -> None:
     html = shown(export, trend=trend)
     svgs = elements(html, "svg")
     assert len(svgs) == 2, "a trend of one sample draws nothing"
+    noise = shown(export, trend={("news", "nDCG@10"): [0.904, 0.914, 0.908]})
+    ys = [float(p.split(",")[1]) for p in str(elements(noise, "polyline")[0]["points"]).split()]
+    assert max(ys) - min(ys) == pytest.approx(0.1 * (page.SPARK_HEIGHT - 6), abs=0.1), (
+        "a wiggle of 0.01 takes a tenth of the height, not all of it"
+    )
     lines = elements(html, "polyline")
     assert [len(str(line["points"]).split()) for line in lines] == [4, 2]
     assert all(line["stroke"] and line["fill"] == "none" for line in lines)
     web = [tuple(map(float, p.split(","))) for p in str(lines[0]["points"]).split()]
     assert web[3][1] == max(y for _, y in web), "the fall is drawn downwards"
     assert web[2][1] == min(y for _, y in web)
+    assert web[0][1] - web[2][1] < 0.1 * (web[3][1] - web[2][1]), "as far apart as the means"
     news = [tuple(map(float, p.split(","))) for p in str(lines[1]["points"]).split()]
-    assert news[0][1] == news[1][1], "a flat trend is a flat line"
+    assert news[0][1] == news[1][1] == page.SPARK_HEIGHT / 2, "a flat trend is a flat line"
     dots = elements(html, "circle")
     assert [dot["fill"] for dot in dots] == ["#c62828", "#4a4a4a"], "red under a regression"
     assert "oldest first: 0.610, 0.600, 0.620, 0.410" in html
@@ -192,9 +200,9 @@ def test_worsened_queries_are_red_only_under_a_regression() -> None:
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0, "0 s"), (119.9, "119 s"), (120, "2 min"), (3600, "60 min"), (7199, "119 min"),
-    (7200, "2 h"), (7260, "2 h 1 min"), (172799, "47 h 59 min"), (172800, "2 d"),
-    (190800, "2 d 5 h"),
+    (0, "0 s"), (119.4, "119 s"), (119.6, "2 min"), (120, "2 min"), (3599.6, "60 min"),
+    (3600, "60 min"), (7199, "119 min"), (7200, "2 h"), (7260, "2 h 1 min"),
+    (172799, "47 h 59 min"), (172800, "2 d"), (190800, "2 d 5 h"),
 ])
 def test_durations_read_in_at_most_two_units(seconds: float, text: str) -> None:
     assert page._duration(seconds) == text
@@ -261,3 +269,40 @@ def test_a_replay_gives_each_class_the_means_of_the_samples_it_keeps() -> None:
     assert {m.slice[0] for m in latest} >= {"all", "navigational"}
     for last in latest:
         assert means[(last.slice[0], last.measure)][-1] == pytest.approx(last.mean)
+
+
+def test_a_replay_keeps_the_history_as_its_events_time_passes(tmp_path: Path) -> None:
+    """``replay --serve``: a sample per 5 minutes of the input's event time (where a batch of
+    events admitted together does not span more), and a last hour that holds the queries
+    stamped in it (but those the allowed lateness still holds back)."""
+    import json
+
+    from monitor.cli.replay import replay_input
+    from monitor.config import Config
+    from monitor.core.export import export
+    from monitor.core.history import STEP
+    from monitor.core.pipeline import RejectionLog
+    from monitor.inputs.generate import Traffic, World, events
+
+    lines = [line for _, _, line in events(World.build(3), Traffic(
+        seed=7, duration=2.5 * 3600.0, sessions_per_second=0.2,
+    ))]
+    data = tmp_path / "events.jsonl"
+    data.write_bytes(b"\n".join(lines) + b"\n")
+    history = History()
+    pipeline = replay_input(Config(), [data], [], RejectionLog(0), history)
+    stamps = sorted(
+        datetime.fromisoformat(event["timestamp"]).timestamp()
+        for event in map(json.loads, lines) if event["type"] == "query"
+    )
+    steps = [int(t // STEP) for t in history.times]
+    assert steps == sorted(set(steps)), "at most one sample per step"
+    assert history.times[0] - stamps[0] < STEP and steps[-1] == int(stamps[-1] // STEP)
+    assert len(steps) >= 0.8 * (steps[-1] - steps[0] + 1), "a step passes between batches"
+    last = recent(history, export(pipeline))
+    assert last.hour is not None and last.earlier is not None and not last.week
+    start, end = last.hour.start.time, last.hour.end.time
+    assert HOUR <= end - start < HOUR + STEP
+    stamped = sum(start < t <= end for t in stamps)
+    counted = last.hour.counts([(name,) for name in pipeline.classes.names])["queries"]
+    assert counted is not None and 0.9 * stamped <= counted <= stamped
