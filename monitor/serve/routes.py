@@ -1,7 +1,8 @@
 """The application's routes: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and
-``/readyz``; with a ``Status``, the status page at ``/``, the query lists at ``/queries`` and a
-replica's tallies at ``/queries/state``. ``serve`` starts them on the transport of
-``monitor.serve.http``; the daemon and ``replay --serve`` both use it.
+``/readyz``; with a ``Status``, the status page at ``/`` (``?class=``, ``?view=hour|total``,
+``?refresh=SECONDS``; the broker's state on it is what ``/readyz`` says), the query lists at
+``/queries`` and a replica's tallies at ``/queries/state``. ``serve`` starts them on the
+transport of ``monitor.serve.http``; the daemon and ``replay --serve`` both use it.
 
 ``/readyz`` answers 200 when the caller's readiness check passes (the daemon: connected to
 the broker and caught up with its checkpoint) and 503 with the reason otherwise; ``/livez``
