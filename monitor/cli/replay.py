@@ -86,9 +86,11 @@ def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) 
         yield from lines
         return
     sessions = pipeline.sessions
+    due_from = history.due_from()
     for line in lines:
-        if history.due(sessions.newest):
+        if sessions.newest >= due_from and history.due(sessions.newest):
             history.observe(export(pipeline))
+            due_from = history.due_from()
         yield line
 
 

@@ -133,6 +133,11 @@ class History:
             return False
         return not self.times or _step(newest) > _step(self.times[-1])
 
+    def due_from(self) -> float:
+        """An event time before which no export is ``due`` (a check per event costs one
+        comparison)."""
+        return (_step(self.times[-1]) + 1) * STEP if self.times else float("-inf")
+
     def observe(self, figures: Export) -> None:
         """Keep the counters of ``figures`` if ``due``, and forget those older than
         ``SPAN`` before it."""

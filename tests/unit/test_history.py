@@ -130,6 +130,9 @@ def test_one_sample_per_step_and_time_going_back_is_ignored() -> None:
     assert point.counts[("web",)][0] == STEP
     assert history.at(T) is None
     assert not history.due(None) and not history.due(float("-inf"))
+    assert history.due_from() == T + 11 * STEP
+    assert history.due(history.due_from()) and not history.due(history.due_from() - 0.001)
+    assert History().due_from() == float("-inf")
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=3 * STEP), min_size=1, max_size=800))
