@@ -339,13 +339,13 @@ def test_the_daemons_page_shows_the_broker_and_keeps_its_last_hour_through_a_res
     connected, and data older than a few minutes in red (the traffic is stamped in the past).
     Restarted, the daemon shows the same hours once it has its partitions back (the newest
     event time is theirs): the history came back with its ledger."""
-    topics = {"page-events": 2, "page-judgments": 1}
+    topics = {"page-events": 2, "page-judgments": 1, "page-dead-letters": 1}
     broker.create_topics(topics)
     stream = list(events(World.build(9), Traffic(seed=9, duration=2.5 * 3600.0,
                                                  sessions_per_second=0.3)))
     kafka = 'events_topic = "page-events"\njudgments_topic = "page-judgments"\n'
     group, port = f"g-{uuid.uuid4().hex}", free_port()
-    daemon = start_daemon(tmp_path, broker, group, port, kafka)
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, dead_letters="page-dead-letters")
     try:
         sent = 0
         for quarter in range(10):
@@ -371,7 +371,7 @@ def test_the_daemons_page_shows_the_broker_and_keeps_its_last_hour_through_a_res
     assert rows[1][:2] == ["all", "last hour"] and rows[2][1] == "hour before"
     assert int(rows[1][2].replace(",", "")) > 0
 
-    daemon = start_daemon(tmp_path, broker, group, port, kafka)
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, dead_letters="page-dead-letters")
     try:
         wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200,
                  "the partitions restored", 60, ignoring=(OSError,))
