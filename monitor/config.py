@@ -51,6 +51,10 @@ def parse_duration(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
+PAGE_REFRESH = 30.0
+"""``[http] page_refresh`` unless set: seconds between the status page's reloads."""
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -96,6 +100,9 @@ class HttpConfig(Section):
     tls_keyfile: Path | None = None
     tls_client_cafile: Path | None = None
     """Require client certificates signed by this CA (mutual TLS)."""
+    page_refresh: Annotated[Duration, Field(le=86400.0)] = PAGE_REFRESH
+    """How often the status page reloads itself in a browser (whole seconds); 0: never.
+    ``/?refresh=N`` overrides it for one page."""
 
     @model_validator(mode="after")
     def _tls_pairs(self) -> HttpConfig:

@@ -24,6 +24,7 @@ from monitor.cli.broker import FAST_GROUP, Broker
 from monitor.config import Config
 from monitor.core.classes import ALL
 from monitor.core.export import Export, OfflineFigures
+from monitor.core.online import ratio
 from monitor.inputs.generate import Regression, Traffic, World, events, rfc3339
 from monitor.offline.spec import parse_measure
 from monitor.run.daemon import Daemon
@@ -183,7 +184,7 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
     rows = sorted((figures.slice[0], figures.count) for figures in view.slices)
     overall = ALL, lambda name: sum(figures.count(name) for figures in view.slices)
     for name, count in [*rows, overall]:
-        queries, sessions = count("queries"), count("sessions")
+        queries = count("queries")
         if name != ALL and not queries:
             continue
         ndcg = next((
@@ -202,10 +203,10 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
         qps = (queries - before) / (now - then) if now > then else 0.0
         lines.append(
             f"{name:<14}{qps:>7.0f}{queries:>9}"
-            f"{_pct(_ratio(count('clicked_queries'), queries)):>7}"
-            f"{_pct(_ratio(count('zero_result_queries'), queries)):>9}"
-            f"{_pct(_ratio(count('abandoned_sessions'), sessions)):>9}"
-            f"{_pct(_ratio(count('successful_sessions'), sessions)):>9}"
+            f"{_pct(ratio('ctr', count)):>7}"
+            f"{_pct(ratio('zero_result_rate', count)):>9}"
+            f"{_pct(ratio('abandonment_rate', count)):>9}"
+            f"{_pct(ratio('session_success_rate', count)):>9}"
             f"{(f'{ndcg:.3f}' if ndcg is not None else '-'):>9}  "
             + ("REGRESSION " + ", ".join(verdicts) if verdicts else "-")
         )
@@ -221,10 +222,6 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
             lines.append(f"worsened {name} queries ({measure}): {moved}, ... on "
                          f"http://{daemon.config.http.listen}/?class={name}")
     print("\n".join(lines), file=out, flush=True)
-
-
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
 
 
 def _pct(value: float | None) -> str:

@@ -8,13 +8,16 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from monitor.cli.common import EXIT_OK, UsageError, load, setup_logging, wait_for_signal
 from monitor.config import Config
 from monitor.core.admission import OutOfOrder, feed
+from monitor.core.export import export
+from monitor.core.history import History
 from monitor.core.pipeline import Pipeline, RejectionLog
-from monitor.inputs.files import lines, sorted_lines
+from monitor.inputs.files import Line, lines, sorted_lines
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +31,19 @@ def replay_files(
     config: Config, events: list[Path], judgments: list[Path], log: RejectionLog
 ) -> Pipeline:
     """The pipeline over the event files, in event time order whatever the files' order,
-    then the judgment files; every session closed, every sample completed.
+    then the judgment files; every session closed, every sample completed."""
+    pipeline = replay_input(config, events, judgments, log)
+    pipeline.close()
+    return pipeline
+
+
+def replay_input(
+    config: Config, events: list[Path], judgments: list[Path], log: RejectionLog,
+    history: History | None = None,
+) -> Pipeline:
+    """``replay_files`` but for the sessions still open at the end of the input, which stay
+    open (as in a daemon that read as far: ``close()`` ends them). With ``history``, the
+    counters go into it as the events' time passes, as the daemon's exports do.
 
     The event files are streamed as they are when they are in order within the allowed
     lateness (then that gives the same result as sorting them). At the first event further
@@ -41,12 +56,15 @@ def replay_files(
     attempt = RejectionLog(log.limit, deferred=True)
     try:
         for path in events:
-            feed(pipeline, lines(path), attempt, in_order=True, now=now)
+            feed(pipeline, sampled(lines(path), pipeline, history), attempt, in_order=True,
+                 now=now)
     except OutOfOrder as where:
         logger.info("%s: not in event time order; replaying the events sorted by event time",
                     where)
         pipeline = Pipeline(config)
-        feed(pipeline, sorted_lines(events), log, now=now)
+        if history is not None:
+            history.clear()
+        feed(pipeline, sampled(sorted_lines(events), pipeline, history), log, now=now)
     else:
         attempt.flush_into(log)
     if judgments:
@@ -58,20 +76,34 @@ def replay_files(
         pipeline.offline_tick(pipeline.sessions.newest, number == len(judgments))
     if not judgments:
         pipeline.offline_tick(pipeline.sessions.newest, True)
-    pipeline.close()
     return pipeline
+
+
+def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) -> Iterator[Line]:
+    """``lines``, and before each the pipeline's counters into ``history`` when its newest
+    event time entered a step of the history not yet sampled."""
+    if history is None:
+        yield from lines
+        return
+    sessions = pipeline.sessions
+    due_from = history.due_from()
+    for line in lines:
+        if sessions.newest >= due_from and history.due(sessions.newest):
+            history.observe(export(pipeline))
+            due_from = history.due_from()
+        yield line
 
 
 def command(args: argparse.Namespace) -> int:
     import ssl
 
-    from monitor.core.export import export
+    from monitor.core.history import Recent, recent
     from monitor.core.pipeline import RejectionLog
     from monitor.run.tuning import tune_for_throughput
     from monitor.serve.page import Status
     from monitor.serve.queries import query_state
     from monitor.serve.report import format_json as format_replay_json
-    from monitor.serve.report import format_table, report
+    from monitor.serve.report import format_table, report, sample_means
     from monitor.serve.routes import serve
 
     config = load(args.config)
@@ -81,17 +113,24 @@ def command(args: argparse.Namespace) -> int:
     for path in [*args.events, *args.judgments]:
         if not os.access(path, os.R_OK) or path.is_dir():
             raise UsageError(f"cannot read {path}: not a readable file")
+    history = History() if args.serve else None
     try:
-        pipeline = replay_files(config, args.events, args.judgments, rejections)
+        pipeline = replay_input(config, args.events, args.judgments, rejections, history)
     except OSError as error:
         raise UsageError(f"cannot read {error.filename}: {error.strerror or error}") from None
+    # the last hour as the daemon would show it: sessions count when they end, and those
+    # still open at the end of the input end only now, all at once
+    last_hour = recent(history, export(pipeline)) if history is not None else Recent()
+    pipeline.close()
     result = report(pipeline)
     sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
     sys.stdout.flush()
     if args.serve:
         figures = export(pipeline)
         state = query_state([pipeline], pipeline, config)
-        status = Status(lambda: figures, lambda: result["queries"], lambda: state)
+        means = sample_means(pipeline)
+        status = Status(lambda: figures, lambda: result["queries"], lambda: state,
+                         recent=lambda: last_hour, trend=lambda: means)
         try:
             server = serve(config.http, status)
         except (OSError, ssl.SSLError) as error:

@@ -119,6 +119,34 @@ COUNTERS = (
 the end: exports and checkpoints written before it read as 0 for it, no migration), one
 field of ``OnlineCounters``, and the line that counts it."""
 
+
+class Ratio(NamedTuple):
+    """A ratio of two online counters, 0..1: what the report, the status page and the demo
+    show; Prometheus users compute it from the counters (the recording rules)."""
+
+    name: str
+    numerator: str
+    denominator: str
+
+
+RATIOS = (
+    Ratio("ctr", "clicked_queries", "queries"),
+    Ratio("zero_result_rate", "zero_result_queries", "queries"),
+    Ratio("abandonment_rate", "abandoned_sessions", "sessions"),
+    Ratio("session_success_rate", "successful_sessions", "sessions"),
+)
+"""The ratios, by name: each is defined here once."""
+
+
+def ratio(name: str, counts: Callable[[str], int | None]) -> float | None:
+    """The ratio ``name`` of ``RATIOS`` over the counters ``counts`` gives by name; None when
+    its denominator is 0 or either counter is unknown (None)."""
+    found = next(r for r in RATIOS if r.name == name)
+    numerator, denominator = counts(found.numerator), counts(found.denominator)
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
 HISTOGRAMS = (
     Family("query_latency", "search_query_latency_seconds", "Query latency (latency_ms)."),
     Family("click_position", "search_click_position", "1-based position of each click."),

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from monitor.config import Config
 from monitor.core.export import Export, export
+from monitor.core.history import Recent, recent
 from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import StateError
 from monitor.inputs.deadletters import DeadLetters
@@ -45,6 +46,8 @@ class CheckpointCoordinator:
         self.last_success = time.monotonic()
         """When a checkpoint last succeeded (or the daemon started)."""
         self.exported = export(Pipeline(config))  # until a checkpoint is restored or written
+        self.recent = Recent()
+        """The last hour and what it compares with, as of ``exported`` (the status page)."""
         self.query_state: QueryState | None = None
         """The query lists of the partitions owned, as of the newest checkpoint..."""
         self.queries: Report | None = None
@@ -152,12 +155,15 @@ class CheckpointCoordinator:
     def export(self, owned: set[Key]) -> None:
         """Counters: everything this replica counted; gauges: the partitions it owns; the
         offline gauges: those of the judgments partition it holds, also before a restart's
-        restore (so alerts on them neither resolve nor fire again because of it)."""
+        restore (so alerts on them neither resolve nor fire again because of it). Its
+        counters go into the ledger's history, and the status page's last hour is taken."""
         classes = self.config.query_classes
         self.exported = self.ledger.exported(
             owned, offline_key(self.ledger.views, self.config),
             None if classes.names else classes.max_query_classes,
         )
+        self.ledger.history.observe(self.exported)  # written with the ledger's next save
+        self.recent = recent(self.ledger.history, self.exported)
 
     def _save(self) -> bool:
         """Write the ledger; False (logged, counted, retried at the next checkpoint) when

@@ -228,7 +228,9 @@ class Daemon:
 
     def _consume(self, worker: Worker) -> int:
         status = Status(lambda: self.exported, lambda: self.coordinator.queries,
-                        lambda: self.coordinator.query_state)
+                        lambda: self.coordinator.query_state,
+                        recent=lambda: self.coordinator.recent,
+                        connected=lambda: self.connected)
         server = serve(self.config.http, status, self._daemon_metrics, self._not_ready,
                        self._not_alive, process=True)
         log.info("serving http://%s/metrics, the status page at / and /queries",

@@ -1,27 +1,52 @@
 """The status page at ``/``: one server-rendered HTML page for a person paged at 3 a.m.
 
-Per query class: the online figures, the latest verdicts of the judged samples, the queries
-that worsened (sample against baseline, and the live qrels join), and the top query lists.
-``?class=NAME`` shows one class (the alerts link there). No script, no external asset.
+At the top, how old the data is and the broker's state. Per query class: the online figures of
+the last hour beside the same hour a week earlier (or the hour before), or since the state
+began (``?view=total``); the latest verdicts of the judged samples with the trend of the
+recent samples' means; the queries that worsened (sample against baseline, and the live qrels
+join), red where the verdict is a regression; and the top query lists. ``?class=NAME`` shows
+one class (the alerts link there). The page reloads itself every ``[http] page_refresh``
+seconds (``?refresh=N``, 0: never). No script, no external asset.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Sequence
+import math
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Literal
+from urllib.parse import quote, urlencode
 
+from monitor.config import PAGE_REFRESH
 from monitor.core.classes import ALL
-from monitor.core.export import Export, SliceFigures
+from monitor.core.export import Export, Slice
+from monitor.core.history import Period, Recent
+from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.serve.queries import QueryState, Report
 
 ROWS = 10
 """Rows of each list on the page (``/queries`` has them all)."""
+STALE = 300.0
+"""Seconds: data older than this is shown in red (by the daemon; a replay's is as old as its
+input)."""
+
+View = Literal["hour", "total"]
+Trend = Mapping[tuple[str, str], Sequence[float]]
+"""Per (query class, measure): the means of the recent judged samples, oldest first."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    """The daemon's link to the broker, as ``/readyz`` sees it."""
+
+    connected: bool
+    not_ready: str | None
+    """Why ``/readyz`` answers 503 (None: ready)."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +58,14 @@ class Status:
     """None until the lists are computed (the daemon: at its first checkpoint)."""
     state: Callable[[], QueryState | None]
     """What the lists are made of, for ``searchmon top`` over several replicas."""
+    recent: Callable[[], Recent] = Recent
+    """The last hour and what it is compared with (``monitor.core.history``)."""
+    trend: Callable[[], Trend] = lambda: {}
+    """The recent judged samples' means (empty: no trend shown)."""
+    connected: Callable[[], bool] | None = None
+    """Whether the broker is reachable (the daemon); None: a replay of files."""
+    clock: Callable[[], float] = time.time
+    """The wall clock, for the data's age."""
 
 
 _STYLE = """
@@ -42,8 +75,10 @@ border-bottom:2px solid #ccc}h3{font-size:1em;margin:1em 0 .3em}
 table{border-collapse:collapse;margin:.3em 0 .8em}td,th{padding:.15em .6em;
 border-bottom:1px solid #e3e3e3;text-align:right}th{background:#f2f2f2}
 td:first-child,th:first-child{text-align:left}.bad{background:#ffd6d6;font-weight:bold}
-.ok{color:#246b24}.muted{color:#666}.grid{display:flex;flex-wrap:wrap;gap:1.5em}
-nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}
+.ok{color:#246b24}.muted,tr.muted td{color:#666}.grid{display:flex;flex-wrap:wrap;gap:1.5em}
+nav a{margin-right:.8em}code{background:#f2f2f2;padding:0 .2em}svg{vertical-align:middle}
+.state{font-size:1.05em}.state span{padding:0 .3em}h2 a{font-size:.75em;font-weight:normal;
+margin-left:1em}.period{text-align:left}
 """
 
 CONTENT_SECURITY_POLICY = (
@@ -52,30 +87,45 @@ CONTENT_SECURITY_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 """What a browser lets the page do: apply its one inline style sheet (named by its hash, so
-no other style, inline or not, applies) and follow links; load nothing else (no script, image,
+no other style, inline or not, applies), draw its inline SVG sparklines (part of the page,
+styled by presentation attributes) and follow links; load nothing else (no script, image,
 font, frame or connection), submit no form, and be framed by no page. The endpoint sends it
-with every answer."""
+with every answer. A reload by ``<meta http-equiv=refresh>`` needs no script."""
 
 
-def render(export: Export, queries: Report | None, only: str | None = None) -> bytes:
-    """The page; ``only``: a query class to show alone."""
+def render(
+    export: Export, queries: Report | None, only: str | None = None, *,
+    recent: Recent | None = None, trend: Trend | None = None, now: float | None = None,
+    broker: Broker | None = None, view: View = "hour", refresh: int = 0,
+) -> bytes:
+    """The page; ``only``: a query class to show alone; ``recent``: the last hour and its
+    comparison; ``trend``: the sparklines' means; ``now``: the wall clock (None: no data age);
+    ``broker``: None for a replay; ``view``: the online figures of the last hour or since the
+    state began; ``refresh``: seconds between reloads (0: none)."""
     classes = [s.slice[0] for s in export.slices]
     if only is not None and only not in (ALL, *classes):
         only = None  # a class not (yet) known, or a dashboard's "All" (.*): every class
     shown = [only] if only is not None else [ALL, *classes]
+
+    def link(name: str | None = only, shown_view: View = view, every: int = refresh) -> str:
+        return _href(name, shown_view, every)
+
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         "<meta name=viewport content='width=device-width,initial-scale=1'>",
+        f"<meta http-equiv=refresh content={refresh}>" if refresh > 0 else "",
         f"<title>searchmon{' - ' + escape(only) if only else ''}</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>searchmon: search quality</h1>",
+        _state(export, now, broker, refresh, link),
         _summary(export, queries),
         "<nav>Classes: " + " ".join(
-            f"<a href='/?class={quote(name)}'>{escape(name)}</a>" for name in [ALL, *classes]
-        ) + " <a href='/'>(every class)</a> <a href='/queries'>/queries (JSON)</a> "
+            f"<a href='{link(name)}'>{escape(name)}</a>" for name in [ALL, *classes]
+        ) + f" <a href='{link(None)}'>(every class)</a> <a href='/queries'>/queries (JSON)</a> "
         "<a href='/metrics'>/metrics</a></nav>",
-        _online(export, shown),
-        _verdicts(export, shown),
+        _online_total(export, shown, link(shown_view="hour")) if view == "total" else
+        _online_hour(recent or Recent(), shown, link(shown_view="total")),
+        _verdicts(export, shown, trend or {}),
     ]
     if queries is None:
         parts.append("<h2>Queries</h2><p class=muted>Not computed yet: the query lists "
@@ -84,10 +134,58 @@ def render(export: Export, queries: Report | None, only: str | None = None) -> b
         parts.append("<h2>Queries</h2><p class=muted>Query lists are disabled "
                      "(<code>[query_lists] enabled = false</code>).</p>")
     else:
+        offline = export.offline
+        regressions = {(v.slice[0], v.measure) for v in offline.verdicts if v.regression} if (
+            offline is not None
+        ) else set()
         for name in shown:
-            parts.append(_queries(queries, name))
+            parts.append(_queries(queries, name, regressions))
     parts.append("</body></html>\n")
     return "".join(parts).encode()
+
+
+def _href(only: str | None, view: View, refresh: int) -> str:
+    """The page's address with these choices (the defaults left out)."""
+    asked: dict[str, str | int] = {}
+    if only is not None:
+        asked["class"] = only
+    if view != "hour":
+        asked["view"] = view
+    if refresh != PAGE_REFRESH:
+        asked["refresh"] = refresh
+    return "/?" + urlencode(asked, quote_via=quote) if asked else "/"
+
+
+def _state(
+    export: Export, now: float | None, broker: Broker | None, refresh: int,
+    link: Callable[..., str],
+) -> str:
+    """How old the data is, where it comes from, and the reloads."""
+    parts = []
+    if export.newest is None:
+        parts.append("<span class=muted>no event yet</span>")
+    elif now is not None:
+        age = max(now - export.newest, 0.0)
+        stale = broker is not None and age > STALE
+        parts.append(f"<span{' class=bad' if stale else ''}>data {_duration(age)} old</span>")
+    if broker is None:
+        parts.append("<span>replay</span>")
+    elif not broker.connected:
+        reason = f": {escape(broker.not_ready)}" if broker.not_ready else ""
+        parts.append(f"<span class=bad>broker unreachable{reason}</span>")
+    elif broker.not_ready is not None:
+        parts.append(f"<span>broker connected</span> <span class=bad>not ready: "
+                     f"{escape(broker.not_ready)}</span>")
+    else:
+        parts.append("<span class=ok>broker connected</span>")
+    if refresh > 0:
+        parts.append(f"<span class=muted>reloads every {_duration(refresh)} "
+                     f"(<a href='{link(every=0)}'>stop</a>)</span>")
+    else:
+        every = round(PAGE_REFRESH)
+        parts.append(f"<span class=muted>not reloading (<a href='{link(every=every)}'>reload "
+                     f"every {_duration(every)}</a>)</span>")
+    return "<p class=state>" + " &middot; ".join(parts) + "</p>"
 
 
 def _summary(export: Export, queries: Report | None) -> str:
@@ -107,37 +205,79 @@ def _summary(export: Export, queries: Report | None) -> str:
     return "<p>" + " &middot; ".join(lines) + "</p>"
 
 
-def _online(export: Export, shown: Sequence[str]) -> str:
+ONLINE_COLUMNS = (
+    ("queries", "queries"), ("ctr", "CTR"), ("zero_result_rate", "zero-result rate"),
+    ("sessions", "sessions"), ("abandonment_rate", "abandonment"),
+    ("session_success_rate", "success"), ("conversions", "conversions"),
+)
+"""The columns of the online tables: counters of ``OnlineCounters.COUNTS`` and ratios of
+``RATIOS``, by name, with their titles."""
+
+
+def _online_row(counts: Callable[[str], int | None]) -> list[str]:
+    """The cells of ``ONLINE_COLUMNS`` over the counters ``counts`` gives by name (None:
+    unknown, shown as -). Both views of the online figures make their rows here."""
+    cells = []
+    for name, _ in ONLINE_COLUMNS:
+        if any(r.name == name for r in RATIOS):
+            value = ratio(name, counts)
+            cells.append("-" if value is None else f"{value:.3f}")
+        else:
+            count = counts(name)
+            cells.append("-" if count is None else f"{count:,}")
+    return cells
+
+
+def _online_hour(recent: Recent, shown: Sequence[str], total: str) -> str:
+    """The last hour per class, each above the period it is compared with."""
+    heading = f"<h2>Online: the last hour <a href='{total}'>since the state began</a></h2>"
+    hour, earlier = recent.hour, recent.earlier
+    if hour is None:
+        return heading + ("<p class=muted>No history yet: it keeps the counters every 5 "
+                          "minutes of event time, from the first events on.</p>")
+    compared = "the same hour a week earlier" if recent.week else "the hour before"
+    where = f"Last hour: {_period(hour)}; "
+    where += (f"against {compared}: {_period(earlier)}." if earlier is not None else
+              "nothing to compare with yet (the history is younger than two hours).")
+    every = list(hour.end.counts)
+    rows, kinds = [], []
+    for name in shown:
+        slices: Collection[Slice] = every if name == ALL else [(name,)]
+        if name != ALL and (name,) not in hour.end.counts:
+            continue
+        rows.append([escape(name), "<b>last hour</b>", *_online_row(hour.counts(slices).get)])
+        kinds.append("")
+        if earlier is not None:
+            rows.append(["", "a week earlier" if recent.week else "hour before",
+                         *_online_row(earlier.counts(slices).get)])
+            kinds.append("muted")
+    return heading + f"<p class=muted>{where}</p>" + _table(
+        ["class", "period", *(title for _, title in ONLINE_COLUMNS)], rows, kinds,
+        first_columns=2,
+    )
+
+
+def _online_total(export: Export, shown: Sequence[str], hour: str) -> str:
     rows = []
     for name in shown:
-        figures = _figures(export, name)
-        if figures is None:
+        parts = (list(export.slices) if name == ALL else
+                 [s for s in export.slices if s.slice == (name,)])
+        if not parts:
             continue
-        queries, sessions = figures["queries"], figures["sessions"]
-        rows.append([
-            escape(name), f"{queries:,}", _ratio(figures["clicked_queries"], queries),
-            _ratio(figures["zero_result_queries"], queries), f"{sessions:,}",
-            _ratio(figures["abandoned_sessions"], sessions),
-            _ratio(figures["successful_sessions"], sessions), f"{figures['conversions']:,}",
-        ])
-    return "<h2>Online, since the daemon's state began</h2>" + _table(
-        ["class", "queries", "CTR", "zero-result rate", "sessions", "abandonment", "success",
-         "conversions"], rows,
-    )
+        figures = {n: sum(p.count(n) for p in parts) for n in OnlineCounters.COUNTS}
+        rows.append([escape(name), *_online_row(figures.get)])
+    return (f"<h2>Online: since the state began <a href='{hour}'>the last hour</a></h2>"
+            + _table(["class", *(title for _, title in ONLINE_COLUMNS)], rows))
 
 
-def _figures(export: Export, name: str) -> dict[str, int] | None:
-    parts: list[SliceFigures] = (
-        list(export.slices) if name == ALL else [s for s in export.slices if s.slice == (name,)]
-    )
-    if not parts:
-        return None
-    names = ("queries", "clicked_queries", "zero_result_queries", "sessions",
-             "abandoned_sessions", "successful_sessions", "conversions")
-    return {n: sum(p.count(n) for p in parts) for n in names}
+def _period(period: Period) -> str:
+    start, end = period.start.time, period.end.time
+    same_day = _utc(start)[:10] == _utc(end)[:10]
+    shown_end = _utc(end)[11:] if same_day else _utc(end)
+    return f"{_utc(start)[:-4]} to {shown_end} ({_duration(end - start)})"
 
 
-def _verdicts(export: Export, shown: Sequence[str]) -> str:
+def _verdicts(export: Export, shown: Sequence[str], trend: Trend) -> str:
     offline = export.offline
     if offline is None or not offline.verdicts:
         return "<h2>Judged samples</h2><p class=muted>No sample compared with a baseline yet.</p>"
@@ -148,14 +288,55 @@ def _verdicts(export: Export, shown: Sequence[str]) -> str:
         verdict = {True: "<span class=bad>REGRESSION</span>", False: "<span class=ok>ok</span>",
                    None: "<span class=muted>too few shared queries</span>"}[v.regression]
         rows.append([escape(v.slice[0]), escape(v.measure), verdict, f"{v.delta:+.4f}",
-                     f"{v.p_permutation:.4g}", f"{v.shared:,}"])
+                     f"{v.p_permutation:.4g}", f"{v.shared:,}",
+                     _sparkline(trend.get((v.slice[0], v.measure), ()), v.regression is True)])
     return "<h2>Judged samples: latest sample against its baseline</h2>" + _table(
-        ["class", "measure", "verdict", "change of mean", "p (randomization)", "shared queries"],
+        ["class", "measure", "verdict", "change of mean", "p (randomization)", "shared queries",
+         "recent samples' means"],
         rows,
     )
 
 
-def _queries(queries: Report, name: str) -> str:
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+SPARK_SPAN = 0.1
+"""The least range of means a sparkline's height stands for: noise stays small."""
+
+
+def _sparkline(means: Sequence[float], regression: bool) -> str:
+    """The means as an inline SVG line, oldest left, its height their range (at least
+    ``SPARK_SPAN``, around their middle); the newest marked (red in a regression); its
+    title lists them. Fewer than two: none."""
+    values = [m for m in means if math.isfinite(m)]
+    if len(values) < 2:
+        return "<span class=muted>-</span>"
+    low, high = min(values), max(values)
+    span = max(high - low, SPARK_SPAN)
+    top = (low + high + span) / 2
+    pad = 3.0
+    width, height = SPARK_WIDTH - 2 * pad, SPARK_HEIGHT - 2 * pad
+
+    def xy(i: int, value: float) -> tuple[float, float]:
+        return pad + width * i / (len(values) - 1), pad + height * (top - value) / span
+
+    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(i, v) for i, v in enumerate(values)))
+    last_x, last_y = xy(len(values) - 1, values[-1])
+    listed = ", ".join(f"{v:.3f}" for v in values)
+    label = f"means of the last {len(values)} samples, oldest first: {listed}"
+    return (
+        f"<svg class=spark width={SPARK_WIDTH} height={SPARK_HEIGHT} "
+        f"viewBox='0 0 {SPARK_WIDTH} {SPARK_HEIGHT}' role=img aria-label='{label}'>"
+        f"<title>{label}</title>"
+        f"<polyline points='{points}' fill=none stroke='#4a4a4a' stroke-width=1.5 "
+        "stroke-linejoin=round stroke-linecap=round />"
+        f"<circle cx={last_x:.1f} cy={last_y:.1f} r=2.5 "
+        f"fill='{'#c62828' if regression else '#4a4a4a'}' /></svg> "
+        f"<span class=muted>{low:.3f}&ndash;{high:.3f}</span>"
+    )
+
+
+def _queries(queries: Report, name: str, regressions: Collection[tuple[str, str]]) -> str:
+    """The worsened queries and the lists of class ``name``; the worsened ones in red only
+    where the class's verdict on that measure is a regression (``regressions``)."""
     parts = [f"<h2 id='class-{escape(name)}'>Queries: {escape(name)}</h2>"]
     worsened = [e for e in queries.get("worsened", []) if e["query_class"] == name]
     parts.append("<div class=grid>")
@@ -166,10 +347,14 @@ def _queries(queries: Report, name: str) -> str:
         else:
             title = (f"{escape(entry['measure'])} worsened: live qrels join, last "
                      f"{escape(entry['window'])} against the {escape(entry['window'])} before")
+        change = "{:+.3f}"
+        if (name, entry["measure"]) in regressions:
+            title += " <span class=bad>REGRESSION</span>"
+            change = "<span class=bad>{:+.3f}</span>"
         parts.append(f"<div><h3>{title}</h3>" + _table(
             ["query", "before", "after", "change"],
             [[escape(r["query"]), f"{r['before']:.3f}", f"{r['after']:.3f}",
-              f"<span class=bad>{r['delta']:+.3f}</span>"] for r in entry["rows"][:ROWS]],
+              change.format(r["delta"])] for r in entry["rows"][:ROWS]],
         ) + "</div>")
     parts.append("</div>")
     if not worsened:
@@ -207,16 +392,39 @@ _LISTS: dict[str, tuple[str, list[str], Callable[[dict[str, Any]], list[str]]]] 
 }
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], kinds: Sequence[str] = (),
+    first_columns: int = 1,
+) -> str:
+    """A table; ``kinds``: a class per row (empty: none); the ``first_columns`` are text
+    (left-aligned), the others figures."""
     if not rows:
         return "<p class=muted>none</p>"
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    text = " class=period"
+
+    def cells(row: Sequence[str], tag: str) -> str:
+        return "".join(f"<{tag}{text if 0 < i < first_columns else ''}>{c}</{tag}>"
+                       for i, c in enumerate(row))
+
+    body = "".join(
+        f"<tr{f' class={kind}' if kind else ''}>{cells(row, 'td')}</tr>"
+        for row, kind in zip(rows, [*kinds, *[""] * (len(rows) - len(kinds))], strict=True)
+    )
+    return f"<table><tr>{cells(header, 'th')}</tr>{body}</table>"
 
 
-def _ratio(numerator: int, denominator: int) -> str:
-    return f"{numerator / denominator:.3f}" if denominator else "-"
+def _duration(seconds: float) -> str:
+    """``12 s``, ``4 min``, ``3 h 20 min``, ``2 d 5 h``: at most two units (to the nearest
+    second, then down)."""
+    whole = round(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    minutes, hours, days = whole // 60, whole // 3600, whole // 86400
+    if hours < 2:
+        return f"{minutes} min"
+    if days < 2:
+        return f"{hours} h" + (f" {minutes % 60} min" if minutes % 60 else "")
+    return f"{days} d" + (f" {hours % 24} h" if hours % 24 else "")
 
 
 def _utc(seconds: float) -> str:

@@ -9,23 +9,17 @@ from typing import Any
 
 from monitor.core.classes import ALL
 from monitor.core.judged import OVERALL
-from monitor.core.online import OnlineCounters
+from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.core.pipeline import Pipeline
 from monitor.serve.queries import query_report
-
-
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
 
 
 def _online_entry(counters: OnlineCounters, classes: list[int]) -> dict[str, Any]:
     entry: dict[str, Any] = {
         name: sum(getattr(counters, name)[c] for c in classes) for name in OnlineCounters.COUNTS
     }
-    entry["ctr"] = _ratio(entry["clicked_queries"], entry["queries"])
-    entry["zero_result_rate"] = _ratio(entry["zero_result_queries"], entry["queries"])
-    entry["abandonment_rate"] = _ratio(entry["abandoned_sessions"], entry["sessions"])
-    entry["session_success_rate"] = _ratio(entry["successful_sessions"], entry["sessions"])
+    for r in RATIOS:
+        entry[r.name] = ratio(r.name, entry.get)
     return entry
 
 
@@ -64,6 +58,22 @@ def _offline(pipeline: Pipeline) -> dict[str, Any]:
             entry[str(spec)] = total / n if n else None
         out[name] = entry
     return out
+
+
+def sample_means(pipeline: Pipeline) -> dict[tuple[str, str], list[float]]:
+    """Per (query class, or ``all``, and measure): the mean of each completed sample the
+    judged state keeps (the last ``max(last_samples)``), oldest first; the status page's
+    trends."""
+    judged = pipeline.judged
+    names = pipeline.classes.names
+    measures = [str(spec) for spec in judged.specs]
+    means: dict[tuple[str, str], list[float]] = {}
+    for summary in judged.completed:
+        for (klass, m), (total, count) in sorted(summary.cells.items()):
+            if count:
+                name = ALL if klass == OVERALL else names[klass]
+                means.setdefault((name, measures[m]), []).append(total / count)
+    return means
 
 
 def _regressions(pipeline: Pipeline) -> dict[str, Any]:

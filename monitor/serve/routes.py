@@ -1,7 +1,8 @@
 """The application's routes: ``/metrics`` (Prometheus), ``/healthz``, ``/livez`` and
-``/readyz``; with a ``Status``, the status page at ``/``, the query lists at ``/queries`` and a
-replica's tallies at ``/queries/state``. ``serve`` starts them on the transport of
-``monitor.serve.http``; the daemon and ``replay --serve`` both use it.
+``/readyz``; with a ``Status``, the status page at ``/`` (``?class=``, ``?view=hour|total``,
+``?refresh=SECONDS``; the broker's state on it is what ``/readyz`` says), the query lists at
+``/queries`` and a replica's tallies at ``/queries/state``. ``serve`` starts them on the
+transport of ``monitor.serve.http``; the daemon and ``replay --serve`` both use it.
 
 ``/readyz`` answers 200 when the caller's readiness check passes (the daemon: connected to
 the broker and caught up with its checkpoint) and 503 with the reason otherwise; ``/livez``
@@ -14,6 +15,8 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import math
+import re
 import ssl
 import threading
 import time
@@ -31,13 +34,14 @@ from monitor.config import HttpConfig
 from monitor.serve import page
 from monitor.serve.http import Answer, HttpServer, Limits, Request, tls_context
 from monitor.serve.metrics import ExportCollector
-from monitor.serve.page import Status
-from monitor.serve.queries import STATE, FilterError, select
+from monitor.serve.page import Broker, Status
+from monitor.serve.queries import STATE, FilterError, Report, select
 
 log = logging.getLogger(__name__)
 
 Readiness = Callable[[], str | None]
 """None when ready (or alive), else the reason why not."""
+DAY = 86400
 
 
 SECURITY_HEADERS = (
@@ -55,12 +59,14 @@ class Routes:
 
     def __init__(
         self, registry: CollectorRegistry, ready: Readiness, alive: Readiness, pages: Pages,
-        status: Status | None = None,
+        status: Status | None = None, refresh: int = 0,
     ) -> None:
         self._ready = ready
         self._alive = alive
         self._pages = pages
         self._status = status
+        self._refresh = refresh
+        """Seconds between the status page's reloads unless ``?refresh=`` says (0: none)."""
 
     def answer(self, request: Request) -> Answer:
         if request.path == "/metrics":
@@ -87,11 +93,15 @@ class Routes:
     def _show(self, request: Request, status: Status) -> Answer:
         """The status page or the query lists, filtered by the query string."""
         asked = {k: v[-1] for k, v in parse_qs(request.query).items()}
-        unknown = asked.keys() - {"class", "window", "list"}
+        unknown = asked.keys() - {"class", "window", "list"} - (
+            {"view", "refresh"} if request.path == "/" else set()
+        )
         if unknown:
             return Answer(HTTPStatus.BAD_REQUEST, (
-                f"unknown parameter {sorted(unknown)[0]!r}: filters are class, window and "
-                "list\n").encode())
+                f"unknown parameter {sorted(unknown)[0]!r}: " + (
+                    "the page takes class, view and refresh\n" if request.path == "/" else
+                    "filters are class, window and list\n"
+                )).encode())
         if request.path == "/queries/state":
             state = status.state()
             if state is None:
@@ -101,9 +111,7 @@ class Routes:
             return Answer(HTTPStatus.OK, STATE.dump_json(state), "application/json")
         queries = status.queries()
         if request.path == "/":
-            return Answer(HTTPStatus.OK, page.render(status.export(), queries,
-                                                      asked.get("class")),
-                           "text/html; charset=utf-8")
+            return self._page(status, queries, asked)
         if queries is None:
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE,
                            b"query lists not computed yet: they come with the first "
@@ -114,6 +122,27 @@ class Routes:
             return Answer(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
         return Answer(HTTPStatus.OK, json.dumps(chosen, indent=1).encode() + b"\n",
                        "application/json")
+
+    def _page(self, status: Status, queries: Report | None, asked: dict[str, str]) -> Answer:
+        """The status page, with the broker's state as ``/readyz`` tells it."""
+        view = asked.get("view", "hour")
+        if view not in ("hour", "total"):
+            return Answer(HTTPStatus.BAD_REQUEST,
+                          b"view: hour (the last hour, the default) or total (since the state "
+                          b"began)\n")
+        refresh = self._refresh
+        if "refresh" in asked:
+            if not re.fullmatch(r"[0-9]{1,5}", asked["refresh"]) or int(asked["refresh"]) > DAY:
+                return Answer(HTTPStatus.BAD_REQUEST,
+                              b"refresh: whole seconds between reloads, 0 (never) to 86400\n")
+            refresh = int(asked["refresh"])
+        broker = None if status.connected is None else Broker(status.connected(), self._ready())
+        body = page.render(
+            status.export(), queries, asked.get("class"), recent=status.recent(),
+            trend=status.trend(), now=status.clock(), broker=broker,
+            view="total" if view == "total" else "hour", refresh=refresh,
+        )
+        return Answer(HTTPStatus.OK, body, "text/html; charset=utf-8")
 
     def _metrics(self, request: Request) -> Answer:
         try:
@@ -186,9 +215,11 @@ class MetricsServer(HttpServer):
         ready: Readiness = lambda: None, tls: ssl.SSLContext | None = None,
         alive: Readiness = lambda: None, *, limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic, status: Status | None = None,
+        page_refresh: int = 0,
     ) -> None:
         routes = Routes(
-            registry, ready, alive, Pages(registry, limits.cache_seconds, clock), status
+            registry, ready, alive, Pages(registry, limits.cache_seconds, clock), status,
+            page_refresh,
         )
         super().__init__(address, routes.answer, tls, limits=limits, clock=clock,
                          headers=SECURITY_HEADERS)
@@ -209,6 +240,7 @@ def serve(
     tls = None
     if http.tls_certfile is not None and http.tls_keyfile is not None:
         tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
-    server = MetricsServer(http.address, registry, ready, tls, alive, status=status)
+    server = MetricsServer(http.address, registry, ready, tls, alive, status=status,
+                           page_refresh=math.ceil(http.page_refresh))
     server.start()
     return server

@@ -4,7 +4,9 @@ Sessions never span partitions (producers key events by session_id), so each par
 its own pipeline and its own watermark: a partition that is read ahead of another cannot make
 the other's events late. What a replica exports is arithmetic over the partitions' export
 snapshots (``monitor.core.export.combine``). Offline (judged) state belongs to the judgments
-topic's partition and is exported by the replica that owns it.
+topic's partition and is exported by the replica that owns it. The ledger also keeps the
+history of what the replica exported (``monitor.core.history``: the status page's last hour),
+so that a restart keeps it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 
 from monitor.core.classes import OTHER
 from monitor.core.export import Export, check, combine, fold_classes, padded
+from monitor.core.history import History, HistoryState
 from monitor.core.snapshots import Int, require
 from monitor.inputs.events import Key
 
@@ -36,6 +39,9 @@ class LedgerState:
     """Copies the dead-letter topic acknowledged, over every run of this replica."""
     classes: list[str] = field(default_factory=list)
     """The query classes this replica exports as label values, in the order admitted."""
+    history: HistoryState | None = None
+    """The recent past of the exported online counters (the status page's last hour). None in
+    a ledger written before it was kept: ``Ledger.restore`` starts it empty."""
 
 
 @dataclass
@@ -58,6 +64,8 @@ class Ledger:
     """Copies the dead-letter topic acknowledged, as of the last save."""
     classes: list[str] = field(default_factory=list)
     """The query classes exported as label values (``exported``'s ``limit``)."""
+    history: History = field(default_factory=History)
+    """Samples of what this replica exported, by event time (``monitor.core.history``)."""
 
     def acquire(self, key: Key, view: Export, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:
@@ -107,7 +115,7 @@ class Ledger:
             self.replica, self.retired,
             [PartitionExport(*key, export) for key, export in sorted(self.bases.items())],
             [PartitionExport(*key, export) for key, export in sorted(self.views.items())],
-            self.dead_lettered, list(self.classes),
+            self.dead_lettered, list(self.classes), self.history.snapshot(),
         )
 
     @staticmethod
@@ -121,4 +129,5 @@ class Ledger:
         return Ledger(
             state.replica, padded(state.retired), {k: padded(v) for k, v in bases.items()},
             {k: padded(v) for k, v in views.items()}, state.dead_lettered, list(state.classes),
+            History.restore(state.history) if state.history is not None else History(),
         )

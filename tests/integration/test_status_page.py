@@ -1,15 +1,18 @@
 """The status page in a real browser: headless Chromium loads it from a running
-``replay --serve``; ``/queries`` and ``searchmon top --url`` over the same endpoint."""
+``replay --serve`` (the last hour, the data's age, the reloads, the judged trends);
+``/queries`` and ``searchmon top --url`` over the same endpoint."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
-import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,12 @@ from typing import Any
 import pytest
 
 from monitor.inputs.generate import Regression, Traffic, World, events
-from tests.support.broker import free_port
+from tests.support.broker import Broker, free_port
+from tests.support.daemon import log_of, start_daemon, wait_until_read
 from tests.support.events import T0, query
-from tests.support.http import fetch
+from tests.support.html import elements, table_after
+from tests.support.http import fetch, get
+from tests.support.wait import wait_for
 
 SEARCHMON = [sys.executable, "-m", "monitor"]
 
@@ -46,17 +52,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stdout=subprocess.DEVNULL, stderr=err,
         )
     base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, log.read_text()
+        return fetch(base + "/healthz")[0] == 200
+
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if fetch(base + "/healthz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_for(healthy, "replay --serve answers /healthz", 120, ignoring=(OSError,))
         yield base
     finally:
         process.terminate()
@@ -98,6 +100,44 @@ def test_chromium_renders_the_status_page_with_the_worsened_and_top_queries(
     # A person can look at it: the screenshot stays with the test's files.
     shot = Path(os.environ.get("SEARCHMON_SCREENSHOTS", str(tmp_path))) / "status-page.png"
     done = chromium("--window-size=1280,2200", f"--screenshot={shot}", url)
+    assert done.returncode == 0, done.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    print(f"status page screenshot: {shot}")
+
+
+def test_chromium_shows_the_last_hour_the_data_age_the_reloads_and_the_trends(
+    served: str, tmp_path: Path
+) -> None:
+    """The navigational class's rankings were shuffled 42 minutes before the end of the input:
+    its CTR in the last hour stands well below the hour before, where the total since the
+    start has only slid. The page says how old the data is and that it is a replay, reloads
+    every 30 s (the default), and draws each verdict's recent sample means."""
+    done = chromium("--enable-logging=stderr", "--v=0", "--dump-dom", served + "/")
+    assert done.returncode == 0, done.stderr
+    assert "Content Security Policy" not in done.stderr, "the policy lets the page be as it is"
+    dom = done.stdout
+    rows = table_after(dom, "Online: the last hour")
+    assert rows[0][:4] == ["class", "period", "queries", "CTR"]
+    found = [row[0] for row in rows].index("navigational")
+    last, before = rows[found], rows[found + 1]
+    assert (last[1], before[:2]) == ("last hour", ["", "hour before"])
+    assert float(last[3]) < float(before[3]) - 0.2, (last, before)
+    assert re.search(r"Last hour: [-0-9: ]+ to [0-9:]+ UTC \(6[0-5] min\)", dom), dom[:3000]
+    assert re.search(r"<span>data [0-9][^<]* old</span>", dom), "a replay's age, not red"
+    assert "<span>replay</span>" in dom
+    assert {"http-equiv": "refresh", "content": "30"} in elements(dom, "meta")
+    lines = elements(dom, "polyline")
+    assert lines and all(line["stroke"] and line["points"] for line in lines)
+    assert len(elements(dom, "svg")) == len(lines) >= 5 * 5, "every class, every measure"
+    assert "#c62828" in {dot["fill"] for dot in elements(dom, "circle")}, "a regression's"
+    total = chromium("--dump-dom", served + "/?view=total&refresh=0")
+    assert total.returncode == 0, total.stderr
+    rows = table_after(total.stdout, "Online: since the state began")
+    since_start = next(row for row in rows if row[0] == "navigational")
+    assert float(last[3]) < float(since_start[2]) < float(before[3]), "the total slides"
+    assert all(meta.get("http-equiv") is None for meta in elements(total.stdout, "meta"))
+    shot = Path(os.environ.get("SEARCHMON_SCREENSHOTS", str(tmp_path))) / "status-page-hour.png"
+    done = chromium("--window-size=1280,1400", f"--screenshot={shot}", served + "/")
     assert done.returncode == 0, done.stderr
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
     print(f"status page screenshot: {shot}")
@@ -288,3 +328,57 @@ def test_top_escapes_what_an_endpoint_answers(tmp_path: Path) -> None:
     assert failed.returncode == 2
     assert raw_controls(failed.stderr.decode()) == [], failed.stderr
     assert r"500 gone\x1b]0;title\x07\x1b[2J" in failed.stderr.decode()
+
+
+def test_the_daemons_page_shows_the_broker_and_keeps_its_last_hour_through_a_restart(
+    tmp_path: Path, broker: Broker
+) -> None:
+    """``searchmon run`` over 2.5 hours of traffic, sent a quarter of an hour of event time
+    at a time (the daemon samples its history at checkpoints: a backlog read in one goes
+    into one sample): the page gives the last hour beside the hour before, the broker
+    connected, and data older than a few minutes in red (the traffic is stamped in the past).
+    Restarted, the daemon shows the same hours once it has its partitions back (the newest
+    event time is theirs): the history came back with its ledger."""
+    topics = {"page-events": 2, "page-judgments": 1, "page-dead-letters": 1}
+    broker.create_topics(topics)
+    stream = list(events(World.build(9), Traffic(seed=9, duration=2.5 * 3600.0,
+                                                 sessions_per_second=0.3)))
+    kafka = 'events_topic = "page-events"\njudgments_topic = "page-judgments"\n'
+    group, port = f"g-{uuid.uuid4().hex}", free_port()
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, dead_letters="page-dead-letters")
+    try:
+        sent = 0
+        for quarter in range(10):
+            end = T0 + (quarter + 1) * 900.0 if quarter < 9 else float("inf")
+            part = [(key, line) for time, key, line in stream
+                    if T0 + quarter * 900.0 <= time < end]
+            broker.produce("page-events", ((key.encode(), line) for key, line in part))
+            sent += len(part)
+            wait_until_read(port, sent)
+        assert sent == len(stream)
+        page = wait_for(lambda: get(f"http://127.0.0.1:{port}/")[1], "the hour before shown",
+                        60, until=lambda text: "hour before" in text)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert daemon.returncode == 0, log_of(tmp_path)
+    assert "<span class=ok>broker connected</span>" in page
+    assert re.search(r"<span class=bad>data [0-9][^<]* old</span>", page), "stale: red"
+    assert "<meta http-equiv=refresh content=30>" in page
+    hours = re.search(r"Last hour: [^<]*", page)
+    assert hours is not None and "against the hour before" in hours[0], hours
+    rows = table_after(page, "Online: the last hour")
+    assert rows[1][:2] == ["all", "last hour"] and rows[2][1] == "hour before"
+    assert int(rows[1][2].replace(",", "")) > 0
+
+    daemon = start_daemon(tmp_path, broker, group, port, kafka, dead_letters="page-dead-letters")
+    try:
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200,
+                 "the partitions restored", 60, ignoring=(OSError,))
+        again = get(f"http://127.0.0.1:{port}/")[1]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert daemon.returncode == 0, log_of(tmp_path)
+    assert hours[0] in again, "the same hours, from the history the ledger kept"
+    assert table_after(again, "Online: the last hour")[1:3] == rows[1:3]

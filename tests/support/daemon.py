@@ -17,18 +17,20 @@ EVENTS, DEAD = "search-events", "search-dead-letters"
 def start_daemon(
     tmp: Path, broker: Broker, group: str, port: int, kafka: str = "", state: str = "",
     fast_group: bool = True, options: tuple[str, ...] = (), state_dir: Path | None = None,
-    idle_after: str = "0s",
+    idle_after: str = "0s", dead_letters: str = DEAD,
 ) -> subprocess.Popen[str]:
     """``searchmon run`` with its configuration and state in ``tmp``; ``kafka`` and ``state``
     are more lines for those sections; ``fast_group``: the short group timings of the local
     broker (else the defaults); ``idle_after``: ``[sessions] idle_after`` (off by default
-    here: the tests compare with pipelines that were fed the same records, not closed)."""
+    here: the tests compare with pipelines that were fed the same records, not closed);
+    ``dead_letters``: the dead-letter topic (a test that shares the broker with others and
+    creates no topics of theirs names its own)."""
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "searchmon.toml"
     timings = FAST_GROUP if fast_group else {}
     config.write_text(
         f'[kafka]\nbootstrap_servers = ["{broker.address}"]\ngroup_id = "{group}"\n'
-        f'dead_letter_topic = "{DEAD}"\n{kafka}'
+        f'dead_letter_topic = "{dead_letters}"\n{kafka}'
         + "".join(f"{k} = {v}\n" for k, v in timings.items())
         + f'[sessions]\nidle_after = "{idle_after}"\n'
         + f'[http]\nlisten = "127.0.0.1:{port}"\n'

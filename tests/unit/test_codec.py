@@ -157,9 +157,35 @@ def test_a_ledger_round_trips() -> None:
     ledger.acquire(("events", 0), export(fed(fixture_stream()[:500])), None)
     ledger.release(("events", 0))
     ledger.acquire(("events", 1), export(fed(fixture_stream()[:800])), "r")
+    ledger.history.observe(ledger.exported({("events", 1)}, None))
+    assert len(ledger.history) == 1
     data = codec.encode("ledger", ledger.snapshot())
     again = Ledger.restore(codec.decode_ledger(data, "test"))
     assert again == ledger
+
+
+LEDGER_V5 = DATA / "ledger-v5.bin"
+"""A replica's ledger as written before it kept the history of its counters."""
+
+
+def test_a_ledger_written_before_the_history_opens_and_keeps_one_from_then(
+    tmp_path: Path,
+) -> None:
+    """The ledger of a running deployment opens after an upgrade: the same counters, an
+    empty history, which is then kept and written with the ledger, and read back."""
+    shutil.copy(LEDGER_V5, tmp_path / "ledger.bin")
+    config = Config.model_validate({"state": {"dir": str(tmp_path)}})
+    key = ("search-events", 0)
+    coordinator = CheckpointCoordinator(config, discard=False)
+    ledger = coordinator.ledger
+    assert ledger.replica == "replica-1" and list(ledger.views) == [key]
+    assert len(ledger.history) == 0
+    assert ledger.exported({key}, None).accepted == reference_accepted(fixture_stream()[:3000])
+    coordinator.export({key})
+    assert len(ledger.history) == 1 and coordinator.recent.hour is None
+    assert coordinator._save()
+    again = CheckpointCoordinator(config, discard=False).ledger
+    assert again.history == ledger.history and len(again.history) == 1
 
 
 @pytest.mark.parametrize(("data", "problem"), [
