@@ -103,7 +103,7 @@ def command(args: argparse.Namespace) -> int:
     from monitor.serve.page import Status
     from monitor.serve.queries import query_state
     from monitor.serve.report import format_json as format_replay_json
-    from monitor.serve.report import format_table, report, sample_means
+    from monitor.serve.report import format_table, report
     from monitor.serve.routes import serve
 
     config = load(args.config)
@@ -128,9 +128,8 @@ def command(args: argparse.Namespace) -> int:
     if args.serve:
         figures = export(pipeline)
         state = query_state([pipeline], pipeline, config)
-        means = sample_means(pipeline)
         status = Status(lambda: figures, lambda: result["queries"], lambda: state,
-                         recent=lambda: last_hour, trend=lambda: means)
+                         recent=lambda: last_hour)
         try:
             server = serve(config.http, status)
         except (OSError, ssl.SSLError) as error:

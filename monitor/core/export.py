@@ -103,6 +103,16 @@ class AcceptanceFigures:
 
 
 @dataclass(frozen=True)
+class TrendFigures:
+    """The mean of one class (``all``: overall) and measure in each completed sample the
+    offline state keeps (the last ``max(last_samples)``), oldest first."""
+
+    slice: Slice
+    measure: str
+    means: tuple[Float, ...]
+
+
+@dataclass(frozen=True)
 class OfflineFigures:
     """Gauges of the offline state: they come from its one owner, never added up."""
 
@@ -110,6 +120,7 @@ class OfflineFigures:
     verdicts: tuple[VerdictFigures, ...] = ()
     last_sample_time: Float | None = None
     acceptances: tuple[AcceptanceFigures, ...] = ()
+    trends: tuple[TrendFigures, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -245,8 +256,16 @@ def export(pipeline: Pipeline) -> Export:
             )
             for a in judged.acceptances
         )
+        trends: dict[tuple[str, str], list[float]] = {}
+        for summary in judged.completed:
+            for (klass, m), (total, count) in sorted(summary.cells.items()):
+                if count:
+                    name = ALL if klass == OVERALL else names[klass]
+                    trends.setdefault((name, measures[m]), []).append(total / count)
         offline = OfflineFigures(
-            tuple(means), tuple(verdicts), judged.last_completed_time, acceptances
+            tuple(means), tuple(verdicts), judged.last_completed_time, acceptances,
+            tuple(TrendFigures((name,), measure, tuple(values))
+                  for (name, measure), values in trends.items()),
         )
     sessions = pipeline.sessions
     return Export(

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlencode
 
 from monitor.config import PAGE_REFRESH
 from monitor.core.classes import ALL
-from monitor.core.export import Export, Slice
+from monitor.core.export import AcceptanceFigures, Export, Slice
 from monitor.core.history import Period, Recent
 from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.serve.queries import QueryState, Report
@@ -60,8 +60,6 @@ class Status:
     """What the lists are made of, for ``searchmon top`` over several replicas."""
     recent: Callable[[], Recent] = Recent
     """The last hour and what it is compared with (``monitor.core.history``)."""
-    trend: Callable[[], Trend] = lambda: {}
-    """The recent judged samples' means (empty: no trend shown)."""
     connected: Callable[[], bool] | None = None
     """Whether the broker is reachable (the daemon); None: a replay of files."""
     clock: Callable[[], float] = time.time
@@ -95,11 +93,12 @@ with every answer. A reload by ``<meta http-equiv=refresh>`` needs no script."""
 
 def render(
     export: Export, queries: Report | None, only: str | None = None, *,
-    recent: Recent | None = None, trend: Trend | None = None, now: float | None = None,
+    recent: Recent | None = None, now: float | None = None,
     broker: Broker | None = None, view: View = "hour", refresh: int = 0,
 ) -> bytes:
     """The page; ``only``: a query class to show alone; ``recent``: the last hour and its
-    comparison; ``trend``: the sparklines' means; ``now``: the wall clock (None: no data age);
+    comparison (the sparklines come from the export's trends); ``now``: the wall clock (None:
+    no data age);
     ``broker``: None for a replay; ``view``: the online figures of the last hour or since the
     state began; ``refresh``: seconds between reloads (0: none)."""
     classes = [s.slice[0] for s in export.slices]
@@ -125,7 +124,7 @@ def render(
         "<a href='/metrics'>/metrics</a></nav>",
         _online_total(export, shown, link(shown_view="hour")) if view == "total" else
         _online_hour(recent or Recent(), shown, link(shown_view="total")),
-        _verdicts(export, shown, trend or {}),
+        _verdicts(export, shown),
     ]
     if queries is None:
         parts.append("<h2>Queries</h2><p class=muted>Not computed yet: the query lists "
@@ -277,23 +276,44 @@ def _period(period: Period) -> str:
     return f"{_utc(start)[:-4]} to {shown_end} ({_duration(end - start)})"
 
 
-def _verdicts(export: Export, shown: Sequence[str], trend: Trend) -> str:
+def _verdicts(export: Export, shown: Sequence[str]) -> str:
     offline = export.offline
     if offline is None or not offline.verdicts:
         return "<h2>Judged samples</h2><p class=muted>No sample compared with a baseline yet.</p>"
+    trend = {(t.slice[0], t.measure): t.means for t in offline.trends}
     rows = []
     for v in offline.verdicts:
         if v.slice[0] not in shown:
             continue
         verdict = {True: "<span class=bad>REGRESSION</span>", False: "<span class=ok>ok</span>",
                    None: "<span class=muted>too few shared queries</span>"}[v.regression]
-        rows.append([escape(v.slice[0]), escape(v.measure), verdict, f"{v.delta:+.4f}",
+        since = "-"
+        if v.regression and v.since_time is not None:
+            since = (f"<span class=bad>since {escape(_utc(v.since_time)[:16])} "
+                     f"({v.flagged_samples} sample{'s' * (v.flagged_samples != 1)})</span>")
+        rows.append([escape(v.slice[0]), escape(v.measure), verdict, since,
+                     escape(v.baseline_id) or "-", f"{v.delta:+.4f}",
                      f"{v.p_permutation:.4g}", f"{v.shared:,}",
                      _sparkline(trend.get((v.slice[0], v.measure), ()), v.regression is True)])
     return "<h2>Judged samples: latest sample against its baseline</h2>" + _table(
-        ["class", "measure", "verdict", "change of mean", "p (randomization)", "shared queries",
-         "recent samples' means"],
+        ["class", "measure", "verdict", "flagged", "baseline", "change of mean",
+         "p (randomization)", "shared queries", "recent samples' means"],
         rows,
+    ) + _acceptances(offline.acceptances)
+
+
+def _acceptances(accepted: Sequence[AcceptanceFigures]) -> str:
+    """The baselines accepted by ``baseline`` messages, newest first."""
+    if not accepted:
+        return ""
+    rows = [
+        [escape(_utc(a.time)[:16]), escape(a.sample_id), escape(a.query_class or "every class"),
+         escape(a.measure or "every measure"), escape(a.by), escape(a.reason),
+         "yes" if a.applied else "<span class=bad>no: sample not kept</span>"]
+        for a in reversed(accepted)
+    ]
+    return "<h3>Accepted baselines (intended changes)</h3>" + _table(
+        ["when", "sample", "class", "measure", "by", "reason", "applied"], rows
     )
 
 

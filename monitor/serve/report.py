@@ -60,22 +60,6 @@ def _offline(pipeline: Pipeline) -> dict[str, Any]:
     return out
 
 
-def sample_means(pipeline: Pipeline) -> dict[tuple[str, str], list[float]]:
-    """Per (query class, or ``all``, and measure): the mean of each completed sample the
-    judged state keeps (the last ``max(last_samples)``), oldest first; the status page's
-    trends."""
-    judged = pipeline.judged
-    names = pipeline.classes.names
-    measures = [str(spec) for spec in judged.specs]
-    means: dict[tuple[str, str], list[float]] = {}
-    for summary in judged.completed:
-        for (klass, m), (total, count) in sorted(summary.cells.items()):
-            if count:
-                name = ALL if klass == OVERALL else names[klass]
-                means.setdefault((name, measures[m]), []).append(total / count)
-    return means
-
-
 def _regressions(pipeline: Pipeline) -> dict[str, Any]:
     """The latest completed sample against its baseline, per class and measure."""
     judged = pipeline.judged

@@ -139,7 +139,7 @@ class Routes:
         broker = None if status.connected is None else Broker(status.connected(), self._ready())
         body = page.render(
             status.export(), queries, asked.get("class"), recent=status.recent(),
-            trend=status.trend(), now=status.clock(), broker=broker,
+            now=status.clock(), broker=broker,
             view="total" if view == "total" else "hour", refresh=refresh,
         )
         return Answer(HTTPStatus.OK, body, "text/html; charset=utf-8")

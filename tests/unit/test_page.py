@@ -4,14 +4,21 @@ red only under a regression. The page's routes: its parameters and their errors.
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from monitor.core.export import Export, OfflineFigures, SliceFigures, VerdictFigures
+from monitor.core.export import (
+    Export,
+    OfflineFigures,
+    SliceFigures,
+    TrendFigures,
+    VerdictFigures,
+)
 from monitor.core.history import HOUR, WEEK, History, Period, Point, Recent, recent
 from monitor.core.online import OnlineCounters
 from monitor.serve import page
@@ -33,6 +40,15 @@ def figures(time: float | None, verdicts: tuple[VerdictFigures, ...] = (),
         slices=tuple(SliceFigures((name,), values, ()) for name, values in per_class.items()),
         newest=time, offline=OfflineFigures(verdicts=verdicts) if verdicts else None,
     )
+
+
+def with_trends(export: Export, trend: dict[tuple[str, str], list[float]]) -> Export:
+    """``export`` whose offline figures carry ``trend``: per (class, measure), the means of
+    the samples kept, oldest first."""
+    offline = export.offline or OfflineFigures()
+    return replace(export, offline=replace(offline, trends=tuple(
+        TrendFigures((name,), measure, tuple(means)) for (name, measure), means in trend.items()
+    )))
 
 
 def shown(export: Export, **options: Any) -> str:
@@ -154,10 +170,10 @@ def test_each_verdict_carries_the_trend_of_the_recent_samples() -> None:
                          verdict("all", "P@5", None)), web=counts(), news=counts())
     trend = {("web", "nDCG@10"): [0.61, 0.60, 0.62, 0.41], ("news", "nDCG@10"): [0.5, 0.5],
              ("all", "P@5"): [0.3]}
-    html = shown(export, trend=trend)
+    html = shown(with_trends(export, trend))
     svgs = elements(html, "svg")
     assert len(svgs) == 2, "a trend of one sample draws nothing"
-    noise = shown(export, trend={("news", "nDCG@10"): [0.904, 0.914, 0.908]})
+    noise = shown(with_trends(export, {("news", "nDCG@10"): [0.904, 0.914, 0.908]}))
     ys = [float(p.split(",")[1]) for p in str(elements(noise, "polyline")[0]["points"]).split()]
     assert max(ys) - min(ys) == pytest.approx(0.1 * (page.SPARK_HEIGHT - 6), abs=0.1), (
         "a wiggle of 0.01 takes a tenth of the height, not all of it"
@@ -243,15 +259,14 @@ def test_the_page_takes_a_view_and_a_refresh_and_says_what_is_wrong() -> None:
     assert status_code == HTTPStatus.BAD_REQUEST and "filters are class" in body
 
 
-def test_a_replay_gives_each_class_the_means_of_the_samples_it_keeps() -> None:
-    """The trends of ``replay --serve``: per class and measure, the mean of each completed
-    sample kept (the last ``max(last_samples)``, 4 by default), the newest last, as the
-    export's mean over the last sample has it."""
+def test_the_export_gives_each_class_the_means_of_the_samples_it_keeps() -> None:
+    """The trends (the daemon's and ``replay --serve``'s alike): per class and measure, the
+    mean of each completed sample kept (the last ``max(last_samples)``, 4 by default), the
+    newest last, as the export's mean over the last sample has it."""
     from monitor.config import Config
     from monitor.core.export import export
     from monitor.core.pipeline import Pipeline
     from monitor.inputs.generate import Traffic, World, events
-    from monitor.serve.report import sample_means
 
     pipeline = Pipeline(Config())
     for _, _, line in events(World.build(3), Traffic(
@@ -260,11 +275,11 @@ def test_a_replay_gives_each_class_the_means_of_the_samples_it_keeps() -> None:
     )):
         pipeline.feed(line)
     pipeline.close()
-    means = sample_means(pipeline)
-    assert means and {len(m) for m in means.values()} <= {1, 2, 3, 4}
-    assert max(len(m) for m in means.values()) == 4, "six samples, the last four kept"
     offline = export(pipeline).offline
     assert offline is not None
+    means = {(t.slice[0], t.measure): t.means for t in offline.trends}
+    assert means and {len(m) for m in means.values()} <= {1, 2, 3, 4}
+    assert max(len(m) for m in means.values()) == 4, "six samples, the last four kept"
     latest = [m for m in offline.means if m.source == "sample" and m.window == 1]
     assert {m.slice[0] for m in latest} >= {"all", "navigational"}
     for last in latest:
@@ -306,3 +321,32 @@ def test_a_replay_keeps_the_history_as_its_events_time_passes(tmp_path: Path) ->
     stamped = sum(start < t <= end for t in stamps)
     counted = last.hour.counts([(name,) for name in pipeline.classes.names])["queries"]
     assert counted is not None and 0.9 * stamped <= counted <= stamped
+
+
+def test_a_lasting_regression_says_since_when_and_acceptances_are_listed() -> None:
+    from monitor.core.export import AcceptanceFigures
+
+    lasting = replace(verdict("web", "nDCG@10", True), baseline_id="s1", since_sample="s2",
+                      since_time=T - 3 * 3600, flagged_samples=4)
+    accepted = (
+        AcceptanceFigures(T - 600, "s5", "news", None, "new boost", "alice", True),
+        AcceptanceFigures(T - 60, "gone", None, "P@5", "typo", "bob", False),
+    )
+    export = figures(T, (lasting, verdict("news", "nDCG@10", False)), web=counts(),
+                     news=counts())
+    assert export.offline is not None
+    export = replace(export, offline=replace(export.offline, acceptances=accepted))
+    html = shown(export)
+    rows = table_after(html, "Judged samples: latest sample against its baseline")
+    web = next(row for row in rows if row[0] == "web")
+    since = datetime.fromtimestamp(T - 3 * 3600, UTC).strftime("%Y-%m-%d %H:%M")
+    assert web[2:5] == ["REGRESSION", f"since {since} (4 samples)", "s1"]
+    assert next(row for row in rows if row[0] == "news")[3] == "-"
+    listed = table_after(html, "Accepted baselines (intended changes)")
+    assert [row[:5] for row in listed[1:]] == [
+        [datetime.fromtimestamp(T - 60, UTC).strftime("%Y-%m-%d %H:%M"), "gone",
+         "every class", "P@5", "bob"],
+        [datetime.fromtimestamp(T - 600, UTC).strftime("%Y-%m-%d %H:%M"), "s5", "news",
+         "every measure", "alice"],
+    ]
+    assert listed[1][6] == "no: sample not kept" and listed[2][6] == "yes"
