@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -23,7 +24,7 @@ from kafka import KafkaProducer
 from monitor.cli.broker import FAST_GROUP, Broker
 from monitor.config import Config
 from monitor.core.classes import ALL
-from monitor.core.export import Export, OfflineFigures
+from monitor.core.export import Export, OfflineFigures, Slice
 from monitor.core.online import ratio
 from monitor.inputs.generate import Regression, Traffic, World, events, rfc3339
 from monitor.offline.spec import parse_measure
@@ -181,10 +182,21 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
     offline = view.offline or OfflineFigures()
     measures = daemon.config.offline.measures
     measure = str(parse_measure(measures[0])) if measures else None
-    rows = sorted((figures.slice[0], figures.count) for figures in view.slices)
-    overall = ALL, lambda name: sum(figures.count(name) for figures in view.slices)
+    hour = daemon.coordinator.recent.hour  # the present tense: the last hour of event time
+    lines[1] += "   figures: " + (
+        f"last hour ({_minutes(hour.end.time - hour.start.time)} of event time)"
+        if hour is not None else "since start"
+    )
+
+    def counter(slices: list[Slice]) -> Callable[[str], int | None]:
+        if hour is None:
+            return lambda name: sum(f.count(name) for f in view.slices if f.slice in slices)
+        return hour.counts(slices).__getitem__
+
+    rows = sorted((figures.slice[0], counter([figures.slice])) for figures in view.slices)
+    overall = ALL, counter([figures.slice for figures in view.slices])
     for name, count in [*rows, overall]:
-        queries = count("queries")
+        queries = count("queries") or 0
         if name != ALL and not queries:
             continue
         ndcg = next((
@@ -197,10 +209,11 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
                          if v.since_time is not None else "")
             for v in offline.verdicts if v.slice == (name,) and v.regression
         ]
+        total = sum(f.count("queries") for f in view.slices if name in (ALL, f.slice[0]))
         now = time.monotonic()
-        then, before = previous.get(name, (now, queries))
-        previous[name] = (now, queries)
-        qps = (queries - before) / (now - then) if now > then else 0.0
+        then, before = previous.get(name, (now, total))
+        previous[name] = (now, total)
+        qps = (total - before) / (now - then) if now > then else 0.0
         lines.append(
             f"{name:<14}{qps:>7.0f}{queries:>9}"
             f"{_pct(ratio('ctr', count)):>7}"
@@ -222,6 +235,10 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
             lines.append(f"worsened {name} queries ({measure}): {moved}, ... on "
                          f"http://{daemon.config.http.listen}/?class={name}")
     print("\n".join(lines), file=out, flush=True)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min"
 
 
 def _pct(value: float | None) -> str:
