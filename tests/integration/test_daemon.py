@@ -977,11 +977,14 @@ def test_reset_starts_over_from_the_earliest_or_the_latest_offsets(
             else:  # taken over, then two checkpoints later still nothing read
                 wait_for(lambda: log_of(tmp_path).count("took over"), "took over", 120,
                          until=lambda count: count == starts, every=0.2)
-                for _ in range(2):
-                    stamp = scrape(port).get("searchmon_checkpoint_timestamp_seconds", 0.0)
-                    wait_for(lambda: scrape(port).get(
-                        "searchmon_checkpoint_timestamp_seconds", 0.0
-                    ), "a checkpoint", 60, until=lambda now, s=stamp: now > s, every=0.2)
+                def checkpointed() -> float:
+                    return scrape(port).get("searchmon_checkpoint_timestamp_seconds", 0.0)
+
+                first = checkpointed()
+                later = wait_for(checkpointed, "a checkpoint", 60,
+                                 until=lambda now: now > first, every=0.2)
+                wait_for(checkpointed, "another checkpoint", 60,
+                         until=lambda now: now > later, every=0.2)
                 values = scrape(port)
             assert reset("earliest").returncode == 2, "refused while the daemon runs"
             return values
