@@ -22,6 +22,21 @@ class UsageError(Exception):
     """Bad arguments, configuration or input file: reported on one line, exit code 2."""
 
 
+def parse_time(text: str, what: str) -> float:
+    """``text`` as epoch seconds: an ISO 8601 time with an offset (``2026-05-04T09:00:00Z``);
+    ``UsageError`` naming ``what`` otherwise."""
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: expected an ISO 8601 time with an offset "
+                         "(2026-05-04T09:00:00Z)") from None
+    if moment.tzinfo is None:
+        raise UsageError(f"{what} {text!r} has no offset (Z or +02:00)")
+    return moment.timestamp()
+
+
 def load(path: Path | None) -> Config:
     from monitor.config import ConfigError, load_config
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime
 
-from monitor.cli.common import EXIT_OK, UsageError
+from monitor.cli.common import EXIT_OK, UsageError, parse_time
 
 
 def command(args: argparse.Namespace) -> int:
@@ -63,17 +62,10 @@ def _start(args: argparse.Namespace, default: float) -> float:
 
 
 def _time(text: str, option: str) -> float:
+    """``now``, epoch seconds, or an ISO 8601 time with an offset."""
     if text == "now":
         return time.time()
     try:
         return float(text)
     except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"generate: {option} {text!r}: expected now, epoch seconds or an "
-                         "ISO 8601 time with an offset (2026-05-04T09:00:00Z)") from None
-    if moment.tzinfo is None:
-        raise UsageError(f"generate: {option} {text!r} has no offset (Z or +02:00)")
-    return moment.timestamp()
+        return parse_time(text, f"generate: {option}")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.cli.common import EXIT_FAILURE, EXIT_OK, UsageError, load
+from monitor.cli.common import EXIT_FAILURE, EXIT_OK, UsageError, load, parse_time
 from monitor.config import Config
 
 if TYPE_CHECKING:
@@ -60,14 +60,7 @@ def _target(text: str) -> str | float:
     """``earliest``, ``latest``, or a time in epoch milliseconds."""
     if text in ("earliest", "latest"):
         return text
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"reset: --to {text!r}: expected earliest, latest or an ISO 8601 "
-                         "time with an offset (2026-05-04T00:00:00Z)") from None
-    if moment.tzinfo is None:
-        raise UsageError(f"reset: --to {text!r} has no offset (Z or +02:00)")
-    return moment.timestamp() * 1000.0
+    return parse_time(text, "reset: --to (earliest, latest or a time)") * 1000.0
 
 
 def _offsets(config: Config, to: str | float) -> dict[tuple[str, int], int]:
