@@ -133,6 +133,10 @@ class Export:
     ignored_actions: Int = 0
     judged_messages: Int = 0
     unmatched_clicks: Int = 0
+    unmatched_events: Int = 0
+    """Clicks, impressions and conversions whose query never came (data quality)."""
+    reused_query_ids: Int = 0
+    impressions_without_position: Int = 0
     scores: tuple[ScoreFigures, ...] = ()
     skipped_scores: Int = 0
     open_sessions: Int = 0
@@ -272,7 +276,10 @@ def export(pipeline: Pipeline) -> Export:
         slices=slices, accepted=health.accepted,
         rejected={reason.value: count for reason, count in health.rejected.items()},
         ignored_actions=health.ignored_actions, judged_messages=health.judged_messages,
-        unmatched_clicks=sessions.unmatched_clicks, scores=scores, skipped_scores=judged.skipped,
+        unmatched_clicks=sessions.unmatched_clicks, unmatched_events=sessions.unmatched_events,
+        reused_query_ids=health.reused_query_ids,
+        impressions_without_position=health.impressions_without_position,
+        scores=scores, skipped_scores=judged.skipped,
         open_sessions=sessions.open_count, newest=finite_or_none(sessions.newest),
         watermark=finite_or_none(sessions.watermark), offline=offline,
     )
@@ -288,7 +295,7 @@ def combine(
     slices: dict[Slice, tuple[list[int], list[list[int]], list[float]]] = {}
     scores: dict[tuple[str, Slice, str], tuple[list[int], list[float]]] = {}
     rejected = dict.fromkeys((r.value for r in Reason), 0)
-    accepted = ignored = judged = unmatched = skipped = 0
+    accepted = ignored = judged = unmatched = skipped = orphans = reused = unplaced = 0
     for part, sign in counted:
         for figures in part.slices:
             into = slices.get(figures.slice)
@@ -318,6 +325,9 @@ def combine(
         ignored += sign * part.ignored_actions
         judged += sign * part.judged_messages
         unmatched += sign * part.unmatched_clicks
+        orphans += sign * part.unmatched_events
+        reused += sign * part.reused_query_ids
+        unplaced += sign * part.impressions_without_position
         skipped += sign * part.skipped_scores
         for reason, count in part.rejected.items():
             rejected[reason] = rejected.get(reason, 0) + sign * count
@@ -335,7 +345,8 @@ def combine(
             for key, (counts, buckets, sums) in slices.items()
         ),
         accepted=accepted, rejected=rejected, ignored_actions=ignored, judged_messages=judged,
-        unmatched_clicks=unmatched,
+        unmatched_clicks=unmatched, unmatched_events=orphans, reused_query_ids=reused,
+        impressions_without_position=unplaced,
         scores=tuple(
             ScoreFigures(source, key, measure, HistogramFigures(tuple(counts), total[0]))
             for (source, key, measure), (counts, total) in scores.items()

@@ -34,7 +34,12 @@ SUCCESSFUL = 2
 QUERY_CLICKED = 4
 CLICK_AFTER = 8  # some click in the session arrived after this query
 RESULTS_UNKNOWN = 16  # its result list was not logged: impression events count them
-QUERY_BITS = QUERY_CLICKED | CLICK_AFTER | RESULTS_UNKNOWN
+ZERO_RESULTS = 32  # counted as a zero-result query
+QUERY_BITS = QUERY_CLICKED | CLICK_AFTER | RESULTS_UNKNOWN | ZERO_RESULTS
+
+# The last slot of an accepted query (``Accepted``): whether its result list was logged and
+# whether it counted as zero-result (None, the common case: logged, with results).
+UNKNOWN, ZERO, UNKNOWN_ZERO = 0.0, 1.0, 2.0
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)
@@ -114,6 +119,9 @@ COUNTERS = (
     Family("reformulated_queries", "search_reformulated_queries",
            "Queries followed in their session by another query within the reformulation "
            "window, with no click between."),
+    Family("clicked_zero_result_queries", "search_clicked_zero_result_queries",
+           "Zero-result queries that got a click: a data-quality signal (a search logged "
+           "twice, once without its hits)."),
 )
 """The catalogue of online counters, in export order. A new counter is one entry here (at
 the end: exports and checkpoints written before it read as 0 for it, no migration), one
@@ -173,6 +181,7 @@ class OnlineCounters:
     successful_sessions: list[int] = field(default_factory=list)
     conversions: list[int] = field(default_factory=list)
     reformulated_queries: list[int] = field(default_factory=list)
+    clicked_zero_result_queries: list[int] = field(default_factory=list)
     query_latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     click_position: Histogram = field(default_factory=lambda: Histogram(POSITION_BUCKETS))
     time_to_first_click: Histogram = field(default_factory=lambda: Histogram(FIRST_CLICK_BUCKETS))
@@ -300,6 +309,7 @@ class SessionsState:
     unmatched_clicks: Int
     floor: Float | None
     """The wall clock the watermark followed while the partition was idle (None: never)."""
+    unmatched_events: Int
     shown: dict[str, ShownState] = field(default_factory=dict)
 
 
@@ -388,6 +398,14 @@ def _sessions_2_to_3(document: Any) -> Any:
     return document
 
 
+def _sessions_3_to_4(document: Any) -> Any:
+    """Version 3 counted the clicks whose query never came, not the other events: they
+    start from the clicks."""
+    if isinstance(document, dict):
+        document["unmatched_events"] = document.get("unmatched_clicks")
+    return document
+
+
 @dataclass
 class Sessions:
     """The sessionizer's explicit state: open sessions, accepted events waiting for the
@@ -413,9 +431,9 @@ class Sessions:
     time each: an id is known for at least that long and at most twice that long.
     """
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
     MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
-        1: _sessions_1_to_2, 2: _sessions_2_to_3,
+        1: _sessions_1_to_2, 2: _sessions_2_to_3, 3: _sessions_3_to_4,
     }
 
     config: SessionsConfig
@@ -442,6 +460,8 @@ class Sessions:
     next_due: float = float("-inf")
     next_settle: float = float("-inf")
     unmatched_clicks: int = 0
+    unmatched_events: int = 0
+    """Clicks, impressions and conversions whose query never came to their session."""
     horizon: float = float("inf")
     """Events later than this are rejected (``future_timestamp``); set by the source."""
     behind: int = 0
@@ -487,6 +507,7 @@ class Sessions:
             next_due=finite_or_none(self.next_due),
             next_settle=finite_or_none(self.next_settle),
             unmatched_clicks=self.unmatched_clicks, floor=finite_or_none(self.floor),
+            unmatched_events=self.unmatched_events,
             shown={
                 query_id: ShownState(text, klass, time, sorted(docs.items()))
                 for query_id, (text, klass, time, docs) in self.shown.items()
@@ -548,6 +569,7 @@ class Sessions:
         self.next_due = or_minus_infinity(state.next_due)
         self.next_settle = or_minus_infinity(state.next_settle)
         self.unmatched_clicks = state.unmatched_clicks
+        self.unmatched_events = state.unmatched_events
         self.due = {}
         self.query_sessions = None
         self.resolving = any(i.startswith(SESSION_OF_QUERY) for i in w.session_id)
@@ -841,7 +863,8 @@ class Sessions:
         time, kind, _, _, query_id, a, b = event
         if kind == QUERY:
             assert query_id is not None, "a query has an id"
-            self._query(session, a, query_id, time, b is not None, session_id)
+            self._query(session, a, query_id, time, b in (UNKNOWN, UNKNOWN_ZERO), session_id,
+                        b in (ZERO, UNKNOWN_ZERO))
         elif kind == CLICK:
             session.flags |= CLICKED | CLICK_AFTER
             if b is not None and b >= self._success_dwell_ms:  # type: ignore[operator]
@@ -866,7 +889,7 @@ class Sessions:
 
     def _query(
         self, session: Session, klass: int, query_id: str, time: float, unknown: bool,
-        session_id: str,
+        session_id: str, zero: bool = False,
     ) -> None:
         if session.queries == 0:
             session.klass = klass
@@ -900,6 +923,8 @@ class Sessions:
         session.query_class = klass
         session.query_time = time
         session.flags &= ~QUERY_BITS
+        if zero:
+            session.flags |= ZERO_RESULTS
         if unknown:
             session.flags |= RESULTS_UNKNOWN
             entry = self.shown.get(query_id)
@@ -943,7 +968,7 @@ class Sessions:
         """Count a click under its query; False when the session does not know the query."""
         if session.query_id == query_id:
             klass = session.query_class
-            first = not session.flags & QUERY_CLICKED
+            flags = session.flags
             session.flags |= QUERY_CLICKED
             delay = time - session.query_time
         else:
@@ -952,9 +977,12 @@ class Sessions:
             if found < 0 or older is None:
                 return False
             klass = older[found + 1]
-            first = not older[found + 3] & QUERY_CLICKED
+            flags = older[found + 3]
             older[found + 3] |= QUERY_CLICKED
             delay = time - older[found + 2]
+        first = not flags & QUERY_CLICKED
+        if first and flags & ZERO_RESULTS:
+            self.counters.clicked_zero_result_queries[klass] += 1
         self._count_click(klass, position, first, delay)
         return True
 
@@ -1009,6 +1037,7 @@ class Sessions:
         session.orphans = rest or None
 
     def _unmatched(self, session: Session, kind: int, position: int) -> None:
+        self.unmatched_events += 1
         if kind == CLICK:
             self.unmatched_clicks += 1
             self._count_click(session.klass, position, False, -1.0)

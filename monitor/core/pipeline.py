@@ -21,6 +21,9 @@ from monitor.core.online import (
     DWELL,
     IMPRESSION,
     QUERY,
+    UNKNOWN,
+    UNKNOWN_ZERO,
+    ZERO,
     Accepted,
     CountersState,
     OnlineCounters,
@@ -51,18 +54,33 @@ FAILURES_LOGGED = 10
 
 
 
+QUERY_IDS_KEPT = 65536
+"""Query ids remembered (with their session and text) to see one reused: a cache, in memory
+only (a reuse across a restart is not seen)."""
+
+
+def _health_1_to_2(document: Any) -> Any:
+    """Version 1 counted no data-quality signal: they start at 0."""
+    if isinstance(document, dict):
+        document["reused_query_ids"] = document["impressions_without_position"] = 0
+    return document
+
+
 @dataclass
 class Health:
-    """The daemon's own counters (``searchmon_*``)."""
+    """The daemon's own counters (``searchmon_*``), the data-quality ones among them."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
-    """None: a reason added since starts at 0."""
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _health_1_to_2}
+    """A reason added since starts at 0 without one."""
 
     accepted: int = 0
     rejected: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(Reason, 0))
     ignored_actions: int = 0
     judged_messages: int = 0
+    reused_query_ids: int = 0
+    """Queries whose query_id came before with another session or text."""
+    impressions_without_position: int = 0
 
     @property
     def events_read(self) -> int:
@@ -74,7 +92,8 @@ class Health:
     def snapshot(self) -> HealthState:
         return HealthState(
             self.accepted, {reason.value: n for reason, n in self.rejected.items()},
-            self.ignored_actions, self.judged_messages,
+            self.ignored_actions, self.judged_messages, self.reused_query_ids,
+            self.impressions_without_position,
         )
 
     @classmethod
@@ -82,7 +101,8 @@ class Health:
         require(set(state.rejected) <= {r.value for r in Reason}, "health: an unknown reason")
         rejected = dict.fromkeys(Reason, 0)
         rejected.update({Reason(name): n for name, n in state.rejected.items()})
-        return cls(state.accepted, rejected, state.ignored_actions, state.judged_messages)
+        return cls(state.accepted, rejected, state.ignored_actions, state.judged_messages,
+                   state.reused_query_ids, state.impressions_without_position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +127,8 @@ class HealthState:
     rejected: dict[str, Int]
     ignored_actions: Int
     judged_messages: Int
+    reused_query_ids: Int
+    impressions_without_position: Int
 
 
 @dataclass(frozen=True)
@@ -151,6 +173,8 @@ class Pipeline:
         self.health = Health()
         self.judged = Judged(config.offline)
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
+        self._query_ids: dict[str, tuple[str, str]] = {}
+        """Recent query ids: their session and text (``QUERY_IDS_KEPT``, oldest out)."""
         self._wire()
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
@@ -192,9 +216,18 @@ class Pipeline:
                     klass = self.classes.classify(
                         declared, cut_text(event.query_text, self._max_chars), add=False
                     )
+                count = event.result_count
+                if count is not None:
+                    zero = count == 0
+                else:
+                    zero = not event.result_ids and event.results_known
+                if event.results_known:
+                    results = ZERO if zero else None
+                else:
+                    results = UNKNOWN_ZERO if zero else UNKNOWN
                 return (
                     time, QUERY, event.event_id, event.session_id, event.query_id, klass,
-                    None if event.results_known else 0.0,
+                    results,
                 ), event
             if event.session_id[:1] == SESSION_OF_QUERY:  # resolved through its query (UBI)
                 self.sessions.resolving = True
@@ -249,7 +282,18 @@ class Pipeline:
             if reason is not None:
                 return self._reject(reason, event)
             self.health.accepted += 1
-            if type(event) is QueryEvent:
+            if type(event) is ImpressionEvent and not event.position:
+                self.health.impressions_without_position += 1
+            elif type(event) is QueryEvent:
+                seen, ids = (event.session_id, event.query_text), self._query_ids
+                known = ids.get(event.query_id)
+                if known is None:
+                    if len(ids) >= QUERY_IDS_KEPT:
+                        del ids[next(iter(ids))]
+                    ids[event.query_id] = seen
+                elif known != seen:
+                    self.health.reused_query_ids += 1
+                    ids[event.query_id] = seen
                 klass = accepted[5]
                 counters = self.counters
                 counters.queries[klass] += 1

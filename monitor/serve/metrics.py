@@ -200,6 +200,12 @@ def _health(figures: Export) -> Iterator[Metric]:
          figures.ignored_actions),
         ("searchmon_unmatched_clicks", "Clicks whose query_id is not among their session's "
          "recent queries (counted under the session's class).", figures.unmatched_clicks),
+        ("searchmon_unmatched_events", "Clicks, impressions and conversions whose query never "
+         "came to their session (data quality).", figures.unmatched_events),
+        ("searchmon_reused_query_ids", "Queries whose query_id came before with another "
+         "session or text (data quality).", figures.reused_query_ids),
+        ("searchmon_impressions_without_position", "Impressions that carry no position "
+         "(data quality: they rebuild no served list).", figures.impressions_without_position),
         ("searchmon_judged_messages", "judgment and qrels messages received.",
          figures.judged_messages),
     ]

@@ -27,6 +27,7 @@ from monitor.core.classes import ALL
 from monitor.core.export import AcceptanceFigures, Export, Slice
 from monitor.core.history import Period, Recent
 from monitor.core.online import RATIOS, OnlineCounters, ratio
+from monitor.serve.quality import data_quality
 from monitor.serve.queries import QueryState, Report
 
 ROWS = 10
@@ -122,6 +123,7 @@ def render(
             f"<a href='{link(name)}'>{escape(name)}</a>" for name in [ALL, *classes]
         ) + f" <a href='{link(None)}'>(every class)</a> <a href='/queries'>/queries (JSON)</a> "
         "<a href='/metrics'>/metrics</a></nav>",
+        _quality(export),
         _online_total(export, shown, link(shown_view="hour")) if view == "total" else
         _online_hour(recent or Recent(), shown, link(shown_view="total")),
         _verdicts(export, shown),
@@ -300,6 +302,16 @@ def _verdicts(export: Export, shown: Sequence[str]) -> str:
          "p (randomization)", "shared queries", "recent samples' means"],
         rows,
     ) + _acceptances(offline.acceptances)
+
+
+def _quality(export: Export) -> str:
+    """The data-quality warnings, above the figures they distort (nothing when none)."""
+    warnings = data_quality(export)["warnings"]
+    if not warnings:
+        return ""
+    return "<div class=bad><b>Data quality</b><ul>" + "".join(
+        f"<li>{escape(warning)}</li>" for warning in warnings
+    ) + "</ul></div>"
 
 
 def _acceptances(accepted: Sequence[AcceptanceFigures]) -> str:

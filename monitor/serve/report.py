@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from monitor.core.classes import ALL
+from monitor.core.export import export
 from monitor.core.judged import OVERALL
 from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.core.pipeline import Pipeline
+from monitor.serve.quality import data_quality
 from monitor.serve.queries import query_report
 
 
@@ -36,6 +38,7 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
         "offline": _offline(pipeline),
         "regressions": _regressions(pipeline),
         "acceptances": _acceptances(pipeline),
+        "data_quality": data_quality(export(pipeline)),
         "rejected": rejected,
         "unmatched_clicks": pipeline.sessions.unmatched_clicks,
         "ignored_actions": pipeline.health.ignored_actions,
@@ -174,6 +177,8 @@ def format_table(result: dict[str, Any]) -> str:
             f"{accepted['measure'] or 'every measure'} ({accepted['reason']})"
             + ("" if accepted["applied"] else " - not applied: sample not kept") + "\n"
         )
+    for warning in result["data_quality"]["warnings"]:
+        text += f"\ndata quality: {warning}\n"
     rejected = result["rejected"]
     if rejected:
         text += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))

@@ -48,6 +48,15 @@ def run(*messages: bytes, config: Config = CONFIG) -> tuple[dict[str, Any], Pipe
             id="a click carrying the query's id makes a clicked query",
         ),
         pytest.param(
+            [query("e1", 0, "s1", "q1", results=0), click("e2", 5, "s1", "q1"),
+             click("e3", 6, "s1", "q1"), query("e4", 20, "s1", "q2", result_count=0),
+             query("e5", 40, "s1", "q3"), click("e6", 45, "s1", "q2"),
+             click("e7", 46, "s1", "q3"), query("e8", 50, "s2", "q4", results=0)],
+            {"queries": 4, "zero_result_queries": 3, "clicked_zero_result_queries": 2,
+             "clicked_queries": 3},
+            id="a zero-result query that gets a click counts once as clicked zero-result",
+        ),
+        pytest.param(
             [query("e1", 0, "s1", "q1"), click("e2", 5, "s1", "q1"),
              click("e3", 9, "s1", "q1", position=3)],
             {"queries": 1, "clicked_queries": 1, "clicks": 2, "ctr": 1.0},

@@ -1,0 +1,108 @@
+"""Data-quality signals: the signs that a log makes a figure meaningless, counted, kept in the
+state, reported with the figure each distorts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from monitor.config import Config, parse_config
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
+from monitor.serve.page import render
+from monitor.serve.quality import data_quality
+from monitor.serve.report import format_table, report
+from tests.support.checkpoints import round_trip
+from tests.support.events import click, conversion, line, query, stamp
+
+CONFIG = parse_config('[sessions]\ntimeout = "60s"\nallowed_lateness = "10s"\n')
+
+
+def fed(*messages: bytes, config: Config = CONFIG) -> Pipeline:
+    pipeline = Pipeline(config)
+    for message in messages:
+        assert pipeline.feed(message) is None, message
+    return pipeline
+
+
+def ubi_impression(event_id: str, at: float, query_id: str, **position: Any) -> bytes:
+    return line({
+        "action_name": "impression", "query_id": query_id, "session_id": "S1",
+        "client_id": "c1", "timestamp": stamp(at), "event_attributes": {
+            "object": {"object_id": f"d{event_id}"},
+            **({"position": position} if position else {}),
+        },
+    })
+
+
+def test_a_query_id_reused_with_another_text_or_session_is_counted() -> None:
+    """The same search logged twice (same id, session and text, as an aggregation request
+    beside the hits request) is no reuse; a refined text or another session under the id
+    is."""
+    pipeline = fed(
+        query("e1", 0, "s1", "q1", text="laptop"),
+        query("e2", 1, "s1", "q1", text="laptop", results=0),  # the same search, twice
+        query("e3", 5, "s1", "q1", text="laptop bag"),  # refined under the same id
+        query("e4", 9, "s2", "q1", text="laptop bag"),  # another session
+        query("e5", 9, "s2", "q2", text="phone"),
+    )
+    assert pipeline.health.reused_query_ids == 2
+    assert export(pipeline).reused_query_ids == 2
+    assert round_trip(pipeline).health.reused_query_ids == 2, "kept in the state"
+
+
+def test_clicked_zero_results_and_events_without_their_query_are_counted() -> None:
+    pipeline = fed(
+        query("e1", 0, "s1", "q1", results=0), click("e2", 3, "s1", "q1"),
+        conversion("e3", 4, "s2", "q-never"), click("e4", 5, "s2", "q-never"),
+    )
+    pipeline.close()
+    assert sum(pipeline.counters.clicked_zero_result_queries) == 1
+    assert pipeline.sessions.unmatched_events == 2, "the click and the conversion of s2"
+    assert pipeline.sessions.unmatched_clicks == 1
+    quality = report(pipeline)["data_quality"]
+    assert quality["clicked_zero_result_queries"] == quality["zero_result_queries"] == 1
+    assert quality["unmatched_events"] == 2
+    assert any("1 of 1 zero-result queries were clicked" in w for w in quality["warnings"])
+    assert any("2 clicks, impressions or conversions had no query" in w
+               for w in quality["warnings"])
+
+
+def test_impressions_without_a_position_are_counted() -> None:
+    pipeline = fed(
+        line({"query_id": "q1", "client_id": "c1", "user_query": "laptop",
+              "timestamp": stamp(0)}),
+        ubi_impression("1", 1, "q1", ordinal=0), ubi_impression("2", 2, "q1"),
+    )
+    assert pipeline.health.impressions_without_position == 1
+    assert "1 impressions have no position" in " ".join(
+        data_quality(export(pipeline))["warnings"]
+    )
+
+
+def test_sessions_all_successful_are_an_artefact_and_clean_data_warns_of_nothing() -> None:
+    messages = []
+    for n in range(120):
+        messages += [query(f"q{n}", 100 * n, f"s{n}", f"q{n}"),
+                     click(f"c{n}", 100 * n + 1, f"s{n}", f"q{n}", dwell_ms=60000)]
+    pipeline = fed(*messages)
+    pipeline.close()
+    warnings = data_quality(export(pipeline))["warnings"]
+    assert warnings == ["100.0% of 120 sessions are successful: session success and "
+                        "abandonment are a logging artefact here"]
+    assert "data quality: 100.0% of 120 sessions" in format_table(report(pipeline))
+    page = render(export(pipeline), None).decode()
+    assert "<b>Data quality</b>" in page and "120 sessions are successful" in page
+    clean = fed(query("e1", 0, "s1", "q1"), click("e2", 1, "s1", "q1"),
+                query("e3", 5, "s2", "q2"))
+    clean.close()
+    assert data_quality(export(clean))["warnings"] == []
+    assert "Data quality" not in render(export(clean), None).decode()
+
+
+def test_the_report_keeps_its_keys_and_adds_data_quality() -> None:
+    pipeline = fed(query("e1", 0, "s1", "q1"))
+    pipeline.close()
+    result = report(pipeline)
+    assert {"online", "offline", "regressions", "acceptances", "data_quality"} <= set(result)
+    json.dumps(result)  # plain data
