@@ -60,6 +60,8 @@ class DecoderChain:
     def read(self, data: bytes, hint: str | None = None) -> Result:
         if len(data) > self.max_bytes:
             return too_large(data, self.max_bytes)
+        if data[:1] != b"{":
+            data, hint = indexed(data, hint)
         if data.count(b"[") + data.count(b"{") > self.max_depth and nested_deeper(
             data, self.max_depth
         ):
@@ -72,3 +74,22 @@ class DecoderChain:
             if found is not None:
                 return found
         return UNRECOGNISED
+
+
+MAX_INDEX_NAME = 255
+"""The longest index name (OpenSearch's limit, in bytes)."""
+
+
+def indexed(data: bytes, hint: str | None) -> tuple[bytes, str | None]:
+    """A line of the form ``<index>\t<json>`` (an export of documents with the index each
+    came from): the document, and its index as the hint; any other data as it is."""
+    index, tab, document = data.partition(b"\t")
+    if not tab or len(index) > MAX_INDEX_NAME or document.lstrip()[:1] != b"{":
+        return data, hint
+    try:
+        name = index.strip().decode()
+    except UnicodeDecodeError:
+        return data, hint
+    if not name or not name.isprintable() or "{" in name or '"' in name:
+        return data, hint
+    return document, name

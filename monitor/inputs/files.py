@@ -17,6 +17,7 @@ from typing import BinaryIO, cast
 
 import msgspec
 
+from monitor.inputs.chain import indexed
 from monitor.inputs.events import Rejection
 from monitor.inputs.timestamps import Timestamps
 
@@ -169,6 +170,8 @@ under its own format's policy when it is fed)."""
 
 def sort_time(line: bytes) -> float:
     """The event time of a line for sorting (-inf when it has none it can be sorted by)."""
+    if line[:1] != b"{":
+        line, _ = indexed(line, None)  # ``<index>\t<json>``
     try:
         stamp = _STAMP.decode(line).timestamp
     except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):

@@ -106,3 +106,34 @@ def test_impressions_rebuild_the_served_list_for_the_qrels_join(tmp_path: Path) 
     }
     assert live[("RR", 3600.0)] == (0.5, 1)
     assert live[("P@5", 3600.0)] == (0.2, 1)
+
+
+def test_index_tab_document_lines_are_recognised_from_the_data(tmp_path: Path) -> None:
+    """`<index>\\t<json>` per line (the UBI kata's export, CRLF included): each document is
+    read with its index as the hint, as a `_bulk` action line gives it; other lines are left
+    as they are."""
+    rows = [("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS]
+    tabbed = b"".join(f"{index}\t{json.dumps(doc)}\r\n".encode() for index, doc in rows)
+    (tmp_path / "log.tsv").write_bytes(tabbed)
+    result = report(replay_files(Config(), [tmp_path / "log.tsv"], [], RejectionLog(0)))
+    check(result)
+    assert result["rejected"] == {}
+    (tmp_path / "bad.tsv").write_bytes(b"ubi_events\tnot json\r\n{bad\tline}\r\n")
+    refused = report(replay_files(Config(), [tmp_path / "bad.tsv"], [], RejectionLog(0)))
+    assert refused["rejected"] == {"invalid_json": 2}
+
+
+def test_the_ubi_kata_log_replays_as_it_is_and_its_artefacts_are_flagged() -> None:
+    """A real log of `<index>\\t<json>` lines (tests/data/ubi-real, 14 clients of the UBI
+    kata): read whole (it was 30,958 `invalid_json` of 30,958), with the counts of its README
+    as logged, and the clicked zero-result queries flagged."""
+    from tests.support.files import DATA
+
+    log = DATA / "ubi-real" / "kata-log-subset.tsv.gz"
+    result = report(replay_files(Config(), [log], [], RejectionLog(0)))
+    assert "invalid_json" not in result["rejected"]
+    online = result["online"]["all"]
+    assert (online["queries"], online["zero_result_queries"]) == (273, 202)
+    quality = result["data_quality"]
+    assert quality["clicked_zero_result_queries"] > 0.01 * quality["zero_result_queries"]
+    assert any("zero-result queries were clicked" in w for w in quality["warnings"])
