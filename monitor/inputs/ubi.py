@@ -20,6 +20,7 @@ itself; an event whose query is unknown falls back to its own ``session_id``, th
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Any
 
@@ -90,7 +91,9 @@ class UbiDecoder:
         time = self.timestamps.read(event.timestamp)  # type: ignore[union-attr]
         return time if type(time) is Rejection else (time, event)  # type: ignore[return-value]
 
-    def _query(self, record: dict[str, Any], data: bytes) -> QueryEvent:
+    def _query(self, record: dict[str, Any], data: bytes) -> QueryEvent | IgnoredAction:
+        if _aggregation_only(record.get("query")):
+            return AGGREGATION  # the facets of a search, not a search
         text = _text(record, "user_query", required=True)
         query_id = _identifier(record, "query_id")
         client = _identifier(record, "client_id")
@@ -107,7 +110,9 @@ class UbiDecoder:
         if query_id is None:  # no id: the record's bytes name it
             query_id = _digest("ubi", data)
         return QueryEvent(
-            event_id=f"ubi-query:{query_id}",
+            # a query id reused for a refined text is another search (a reformulation); the
+            # same text under it again is the same search (a duplicate)
+            event_id=f"ubi-query:{query_id}:{_digest('text', (text or '').encode())}",
             timestamp=stamp,
             session_id=session or (f"ubi-client:{client}" if client is not None else None)
             or f"ubi-query:{query_id}",
@@ -233,6 +238,24 @@ def _id_value(value: Any, name: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
         return str(value)
     raise _Invalid(f"{name}: expected a string or an integer id")
+
+
+AGGREGATION = IgnoredAction("aggregation request")
+"""A query record whose request asks for no hits (``"size": 0``): the facets of a search,
+which the same search's hits request records too."""
+
+
+def _aggregation_only(request: Any) -> bool:
+    """Whether a query record's logged request (``query``: the request body as a JSON string,
+    or as an object) asks for no hits."""
+    if isinstance(request, str):
+        if '"size"' not in request:
+            return False
+        try:
+            request = json.loads(request)
+        except ValueError:
+            return False
+    return isinstance(request, dict) and request.get("size") == 0
 
 
 def _digest(prefix: str, data: bytes) -> str:

@@ -100,7 +100,11 @@ def test_ubi_query_record_is_a_query_sessionized_by_client() -> None:
     event = decode(json.dumps(record).encode(), LIMIT)
     assert isinstance(event, QueryEvent)
     assert event.session_id == "ubi-client:c-9" and event.query_text == "red shoes"
-    assert event.result_ids == ["p1", "2"] and event.event_id == "ubi-query:u-1"
+    assert event.result_ids == ["p1", "2"] and event.event_id.startswith("ubi-query:u-1:")
+    refined = decode(json.dumps({**record, "user_query": "red shoe"}).encode(), LIMIT)
+    again = decode(json.dumps({**record, "timestamp": "2026-11-22T10:00:01Z"}).encode(), LIMIT)
+    assert isinstance(refined, QueryEvent) and isinstance(again, QueryEvent)
+    assert refined.event_id != event.event_id == again.event_id, "a new text: a new search"
     assert event.results_known
 
 

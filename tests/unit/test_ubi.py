@@ -137,3 +137,22 @@ def test_the_ubi_kata_log_replays_as_it_is_and_its_artefacts_are_flagged() -> No
     quality = result["data_quality"]
     assert quality["clicked_zero_result_queries"] > 0.01 * quality["zero_result_queries"]
     assert any("zero-result queries were clicked" in w for w in quality["warnings"])
+
+
+def test_the_chorus_export_counts_searches_as_a_hand_count_does() -> None:
+    """The Chorus demo store's real UBI export (tests/data/ubi-real, whole searches): each
+    search is a hits request plus two aggregation-only requests (`"size": 0`) under the same
+    query_id, and 7 query ids were reused as the user refined the text. Counted by hand
+    (tests/data/ubi-real/README.md): 28 Chorus searches by (query_id, text), 10 of them found
+    nothing, plus 20 searches of another application that logs no hits (results unknown).
+    Before: 41 queries, 20 zero-result (49%, the aggregation requests), 63 duplicates."""
+    from tests.support.files import DATA
+
+    export_file = DATA / "ubi-real" / "chorus-ubi-subset.ndjson.gz"
+    result = report(replay_files(Config(), [export_file], [], RejectionLog(0)))
+    online = result["online"]["all"]
+    assert result["rejected"] == {}, "no query record is a duplicate"
+    assert (online["queries"], online["zero_result_queries"]) == (48, 10)
+    quality = result["data_quality"]
+    assert quality["clicked_zero_result_queries"] == 0
+    assert quality["reused_query_ids"] == 7, "the refined texts, each a search of its own"
