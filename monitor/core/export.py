@@ -137,6 +137,7 @@ class Export:
     """Clicks, impressions and conversions whose query never came (data quality)."""
     reused_query_ids: Int = 0
     impressions_without_position: Int = 0
+    merged_query_records: Int = 0
     scores: tuple[ScoreFigures, ...] = ()
     skipped_scores: Int = 0
     open_sessions: Int = 0
@@ -147,10 +148,10 @@ class Export:
 
     @property
     def events_read(self) -> int:
-        """Every message fed: accepted, rejected, ignored or judged."""
+        """Every message fed: accepted, rejected, ignored, merged or judged."""
         return (
             self.accepted + sum(self.rejected.values()) + self.ignored_actions
-            + self.judged_messages
+            + self.judged_messages + self.merged_query_records
         )
 
     def slice(self, values: Slice) -> SliceFigures | None:
@@ -279,6 +280,7 @@ def export(pipeline: Pipeline) -> Export:
         unmatched_clicks=sessions.unmatched_clicks, unmatched_events=sessions.unmatched_events,
         reused_query_ids=health.reused_query_ids,
         impressions_without_position=health.impressions_without_position,
+        merged_query_records=health.merged_query_records,
         scores=scores, skipped_scores=judged.skipped,
         open_sessions=sessions.open_count, newest=finite_or_none(sessions.newest),
         watermark=finite_or_none(sessions.watermark), offline=offline,
@@ -296,6 +298,7 @@ def combine(
     scores: dict[tuple[str, Slice, str], tuple[list[int], list[float]]] = {}
     rejected = dict.fromkeys((r.value for r in Reason), 0)
     accepted = ignored = judged = unmatched = skipped = orphans = reused = unplaced = 0
+    merged = 0
     for part, sign in counted:
         for figures in part.slices:
             into = slices.get(figures.slice)
@@ -328,6 +331,7 @@ def combine(
         orphans += sign * part.unmatched_events
         reused += sign * part.reused_query_ids
         unplaced += sign * part.impressions_without_position
+        merged += sign * part.merged_query_records
         skipped += sign * part.skipped_scores
         for reason, count in part.rejected.items():
             rejected[reason] = rejected.get(reason, 0) + sign * count
@@ -346,7 +350,7 @@ def combine(
         ),
         accepted=accepted, rejected=rejected, ignored_actions=ignored, judged_messages=judged,
         unmatched_clicks=unmatched, unmatched_events=orphans, reused_query_ids=reused,
-        impressions_without_position=unplaced,
+        impressions_without_position=unplaced, merged_query_records=merged,
         scores=tuple(
             ScoreFigures(source, key, measure, HistogramFigures(tuple(counts), total[0]))
             for (source, key, measure), (counts, total) in scores.items()

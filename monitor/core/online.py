@@ -648,6 +648,11 @@ class Sessions:
             return None
         return self._late(event, watermark)
 
+    def remember(self, event_id: str) -> None:
+        """An event taken in without being applied (a record merged into its search): a
+        copy of it is a duplicate."""
+        self.seen.add(event_id)
+
     def refuses(self, event: Accepted) -> Reason | None:
         """Why ``offer`` would refuse the event for sure (a duplicate, or a time beyond the
         horizon), without changing anything; None: it may accept it."""

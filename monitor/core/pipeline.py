@@ -46,6 +46,7 @@ from monitor.inputs.events import (
     Rejection,
 )
 from monitor.inputs.native import cut_text
+from monitor.inputs.ubi import QUERY_EVENT
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,19 @@ def _health_1_to_2(document: Any) -> Any:
     return document
 
 
+def _health_2_to_3(document: Any) -> Any:
+    """Version 2 merged no query record into its search: none so far."""
+    if isinstance(document, dict):
+        document["merged_query_records"] = 0
+    return document
+
+
 @dataclass
 class Health:
     """The daemon's own counters (``searchmon_*``), the data-quality ones among them."""
 
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _health_1_to_2}
+    VERSION: ClassVar[int] = 3
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _health_1_to_2, 2: _health_2_to_3}
     """A reason added since starts at 0 without one."""
 
     accepted: int = 0
@@ -81,19 +89,21 @@ class Health:
     reused_query_ids: int = 0
     """Queries whose query_id came before with another session or text."""
     impressions_without_position: int = 0
+    merged_query_records: int = 0
+    """UBI query records of a search already counted (same query id, session and text)."""
 
     @property
     def events_read(self) -> int:
-        """Every message fed: accepted, rejected, ignored or judged."""
+        """Every message fed: accepted, rejected, ignored, merged or judged."""
         return self.accepted + sum(self.rejected.values()) + self.ignored_actions + (
-            self.judged_messages
+            self.judged_messages + self.merged_query_records
         )
 
     def snapshot(self) -> HealthState:
         return HealthState(
             self.accepted, {reason.value: n for reason, n in self.rejected.items()},
             self.ignored_actions, self.judged_messages, self.reused_query_ids,
-            self.impressions_without_position,
+            self.impressions_without_position, self.merged_query_records,
         )
 
     @classmethod
@@ -102,7 +112,8 @@ class Health:
         rejected = dict.fromkeys(Reason, 0)
         rejected.update({Reason(name): n for name, n in state.rejected.items()})
         return cls(state.accepted, rejected, state.ignored_actions, state.judged_messages,
-                   state.reused_query_ids, state.impressions_without_position)
+                   state.reused_query_ids, state.impressions_without_position,
+                   state.merged_query_records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +140,7 @@ class HealthState:
     judged_messages: Int
     reused_query_ids: Int
     impressions_without_position: Int
+    merged_query_records: Int
 
 
 @dataclass(frozen=True)
@@ -269,6 +281,15 @@ class Pipeline:
                 return None
             accepted, event = read
             sessions = self.sessions
+            if type(event) is QueryEvent and event.event_id.startswith(QUERY_EVENT) and (
+                self._query_ids.get(event.query_id) == (event.session_id, event.query_text)
+            ):  # another record of a UBI search counted already: merged into it
+                reason = sessions.refuses(accepted)
+                if reason is not None:
+                    return self._reject(reason, event)
+                sessions.remember(event.event_id)
+                self.health.merged_query_records += 1
+                return None
             if accepted[5] == NEW and type(event) is QueryEvent:
                 reason = sessions.refuses(accepted)
                 if reason is not None:

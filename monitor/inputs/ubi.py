@@ -110,9 +110,10 @@ class UbiDecoder:
         if query_id is None:  # no id: the record's bytes name it
             query_id = _digest("ubi", data)
         return QueryEvent(
-            # a query id reused for a refined text is another search (a reformulation); the
-            # same text under it again is the same search (a duplicate)
-            event_id=f"ubi-query:{query_id}:{_digest('text', (text or '').encode())}",
+            # the record's own id: identical bytes are one record; another record of the same
+            # search (query id, session and text) is merged by the pipeline, and another text
+            # under the id is a new search (a reformulation)
+            event_id=f"{QUERY_EVENT}{query_id}:{_digest('record', data)}",
             timestamp=stamp,
             session_id=session or (f"ubi-client:{client}" if client is not None else None)
             or f"ubi-query:{query_id}",
@@ -239,6 +240,9 @@ def _id_value(value: Any, name: str) -> str:
         return str(value)
     raise _Invalid(f"{name}: expected a string or an integer id")
 
+
+QUERY_EVENT = "ubi-query:"
+"""What the event id of a UBI query record begins with."""
 
 AGGREGATION = IgnoredAction("aggregation request")
 """A query record whose request asks for no hits (``"size": 0``): the facets of a search,

@@ -206,6 +206,8 @@ def _health(figures: Export) -> Iterator[Metric]:
          "session or text (data quality).", figures.reused_query_ids),
         ("searchmon_impressions_without_position", "Impressions that carry no position "
          "(data quality: they rebuild no served list).", figures.impressions_without_position),
+        ("searchmon_merged_query_records", "UBI query records merged into a search counted "
+         "already (same query_id, session and text).", figures.merged_query_records),
         ("searchmon_judged_messages", "judgment and qrels messages received.",
          figures.judged_messages),
     ]

@@ -106,3 +106,31 @@ def test_the_report_keeps_its_keys_and_adds_data_quality() -> None:
     result = report(pipeline)
     assert {"online", "offline", "regressions", "acceptances", "data_quality"} <= set(result)
     json.dumps(result)  # plain data
+
+
+def ubi_query(query_id: str, at: float, text: str, hits: list[str], **extra: Any) -> bytes:
+    return line({"query_id": query_id, "client_id": "c1", "user_query": text,
+                 "timestamp": stamp(at), "query_response_hit_ids": hits, **extra})
+
+
+def test_records_of_one_ubi_search_are_one_search() -> None:
+    """A search logged twice (same query_id, client and text; other bytes) is merged into
+    the first, not rejected; identical bytes are one record (a duplicate); an aggregation-only
+    request is no search; another text under the id is a new search."""
+    pipeline = Pipeline(CONFIG)
+    first = ubi_query("q1", 0, "laptop", ["d1", "d2"])
+    assert pipeline.feed(first) is None
+    assert pipeline.feed(ubi_query("q1", 0.5, "laptop", ["d1", "d2"], page=2)) is None
+    again = pipeline.feed(first)
+    assert again is not None and again.reason.value == "duplicate"
+    facets = ubi_query("q1", 0.2, "laptop", [], query='{"size":0,"aggs":{"brand":{}}}')
+    assert pipeline.feed(facets) is None
+    assert pipeline.feed(ubi_query("q1", 3, "laptop bag", [])) is None
+    pipeline.close()
+    assert sum(pipeline.counters.queries) == 2 and sum(pipeline.counters.zero_result_queries) == 1
+    health = pipeline.health
+    assert (health.merged_query_records, health.ignored_actions, health.reused_query_ids) == (
+        1, 1, 1
+    )
+    assert health.events_read == 5 == export(pipeline).events_read, "every record accounted"
+    assert round_trip(pipeline).health.merged_query_records == 1
