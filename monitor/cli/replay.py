@@ -79,12 +79,16 @@ def replay_input(
     return pipeline
 
 
-def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) -> Iterator[Line]:
+def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) -> Iterable[Line]:
     """``lines``, and before each the pipeline's counters into ``history`` when its newest
-    event time entered a step of the history not yet sampled."""
+    event time entered a step of the history not yet sampled; without a history, ``lines``
+    as they are (no layer per line)."""
     if history is None:
-        yield from lines
-        return
+        return lines
+    return _sampling(lines, pipeline, history)
+
+
+def _sampling(lines: Iterable[Line], pipeline: Pipeline, history: History) -> Iterator[Line]:
     sessions = pipeline.sessions
     due_from = history.due_from()
     for line in lines:

@@ -868,8 +868,10 @@ class Sessions:
         time, kind, _, _, query_id, a, b = event
         if kind == QUERY:
             assert query_id is not None, "a query has an id"
-            self._query(session, a, query_id, time, b in (UNKNOWN, UNKNOWN_ZERO), session_id,
-                        b in (ZERO, UNKNOWN_ZERO))
+            if b is None:  # results logged, not zero: the common case
+                self._query(session, a, query_id, time, False, session_id)
+            else:  # UNKNOWN, ZERO or UNKNOWN_ZERO
+                self._query(session, a, query_id, time, b != ZERO, session_id, b != UNKNOWN)
         elif kind == CLICK:
             session.flags |= CLICKED | CLICK_AFTER
             if b is not None and b >= self._success_dwell_ms:  # type: ignore[operator]

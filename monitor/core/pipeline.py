@@ -185,8 +185,9 @@ class Pipeline:
         self.health = Health()
         self.judged = Judged(config.offline)
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
-        self._query_ids: dict[str, tuple[str, str]] = {}
-        """Recent query ids: their session and text (``QUERY_IDS_KEPT``, oldest out)."""
+        self._query_ids: dict[str, int] = {}
+        """Recent query ids: a hash of their session and text (``QUERY_IDS_KEPT``, oldest
+        out; only the hash, so that the memory keeps no text alive)."""
         self._wire()
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
@@ -281,32 +282,33 @@ class Pipeline:
                 return None
             accepted, event = read
             sessions = self.sessions
-            if type(event) is QueryEvent and event.event_id.startswith(QUERY_EVENT) and (
-                self._query_ids.get(event.query_id) == (event.session_id, event.query_text)
-            ):  # another record of a UBI search counted already: merged into it
-                reason = sessions.refuses(accepted)
-                if reason is not None:
-                    return self._reject(reason, event)
-                sessions.remember(event.event_id)
-                self.health.merged_query_records += 1
-                return None
-            if accepted[5] == NEW and type(event) is QueryEvent:
-                reason = sessions.refuses(accepted)
-                if reason is not None:
-                    return self._reject(reason, event)
-                klass = self.classes.classify(
-                    event.query_class, cut_text(event.query_text, self._max_chars)
-                )
-                self.grow()
-                accepted = (*accepted[:5], klass, accepted[6])
+            if type(event) is QueryEvent:
+                if event.event_id.startswith(QUERY_EVENT) and (
+                    self._query_ids.get(event.query_id) == hash(
+                        (event.session_id, event.query_text)
+                    )
+                ):  # another record of a UBI search counted already: merged into it
+                    reason = sessions.refuses(accepted)
+                    if reason is not None:
+                        return self._reject(reason, event)
+                    sessions.remember(event.event_id)
+                    self.health.merged_query_records += 1
+                    return None
+                if accepted[5] == NEW:
+                    reason = sessions.refuses(accepted)
+                    if reason is not None:
+                        return self._reject(reason, event)
+                    klass = self.classes.classify(
+                        event.query_class, cut_text(event.query_text, self._max_chars)
+                    )
+                    self.grow()
+                    accepted = (*accepted[:5], klass, accepted[6])
             reason = sessions.offer(accepted)
             if reason is not None:
                 return self._reject(reason, event)
             self.health.accepted += 1
-            if type(event) is ImpressionEvent and not event.position:
-                self.health.impressions_without_position += 1
-            elif type(event) is QueryEvent:
-                seen, ids = (event.session_id, event.query_text), self._query_ids
+            if type(event) is QueryEvent:
+                seen, ids = hash((event.session_id, event.query_text)), self._query_ids
                 known = ids.get(event.query_id)
                 if known is None:
                     if len(ids) >= QUERY_IDS_KEPT:
@@ -337,6 +339,8 @@ class Pipeline:
                     self._join_live(klass, accepted[0], text, event.result_ids)
                 else:  # its impressions will say what was shown
                     sessions.await_impressions(event.query_id, text)
+            elif type(event) is ImpressionEvent and not event.position:
+                self.health.impressions_without_position += 1
             return None
         except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, before)
