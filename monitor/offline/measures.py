@@ -173,17 +173,29 @@ class Measure:
 
 
 def arithmetic_mean(values: FloatArray) -> float | None:
-    """Mean over the queries that have a value (NaN = skipped); None over nothing."""
+    """Mean over the queries that have a value (NaN = skipped); None over nothing. Summed
+    in query order, one addition after the other, as trec_eval does: a mean on a rounding
+    tie of the printed decimals then prints as trec_eval prints it (numpy's pairwise sum
+    can land on the other side)."""
     present = values[~np.isnan(values)]
-    return float(present.mean()) if len(present) else None
+    return _in_order(present) / len(present) if len(present) else None
 
 
 def geometric_mean(values: FloatArray) -> float | None:
-    """GMAP: exp(mean(log(max(v, 1e-5)))) over the queries that have a value (trec_eval)."""
+    """GMAP: exp(mean(log(max(v, 1e-5)))) over the queries that have a value (trec_eval),
+    summed in query order."""
     present = values[~np.isnan(values)]
     if not len(present):
         return None
-    return math.exp(float(np.log(np.maximum(present, GEOMETRIC_FLOOR)).mean()))
+    return math.exp(_in_order(np.log(np.maximum(present, GEOMETRIC_FLOOR))) / len(present))
+
+
+def _in_order(values: FloatArray) -> float:
+    """The sum of ``values``, added first to last in double precision (a C loop's sum)."""
+    total = 0.0
+    for value in values.tolist():
+        total += value
+    return total
 
 
 MEASURES: dict[str, Measure] = {

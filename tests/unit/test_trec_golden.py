@@ -110,3 +110,18 @@ def test_complete_flag_scores_the_missing_query_zero_and_counts_it() -> None:
     evaluation = _evaluate("qrels.test", "results.trunc", rows, complete=True, rel=1)
     assert evaluation.query_ids == ["301", "302", "303"]
     assert float(evaluation.values[MeasureSpec("AP", rel=1)][1]) == 0.0
+
+
+def test_a_mean_on_a_rounding_tie_prints_as_trec_eval_prints_it() -> None:
+    """8 queries whose P@20 add up to 2.05: the mean 0.25625 sits on a tie of the fourth
+    decimal. trec_eval adds the per-query values in query order and prints 0.2562; numpy's
+    pairwise mean gave 0.25625000000000003, printed 0.2563."""
+    relevant = [8, 0, 9, 7, 1, 15, 1, 0]
+    qrels = "".join(f"q{n} 0 d{n}-{i} 1\n" for n, count in enumerate(relevant, 1)
+                    for i in range(count)) + "".join(f"q{n} 0 other 0\n" for n in range(1, 9))
+    run = "".join(f"q{n} Q0 d{n}-{i} {i + 1} {100 - i} r\n" for n in range(1, 9)
+                  for i in range(20))
+    found = evaluate(parse_qrels(qrels.encode(), "qrels"), parse_run(run.encode(), "run"),
+                     [MeasureSpec("P", cutoff=20)])
+    mean = found.summary[MeasureSpec("P", cutoff=20)]
+    assert mean is not None and f"{mean:.4f}" == "0.2562"
