@@ -472,11 +472,25 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _read(path: Path) -> tuple[Data, bool]:
     """The contents of ``path``, and whether they are a memory map of it: a regular file is
-    mapped (its pages are the page cache's, nothing is copied), anything else is read."""
+    mapped (its pages are the page cache's, nothing is copied), anything else is read; a
+    gzip-compressed file (recognised by its first bytes, as ``replay`` does) is decompressed."""
+    import gzip
+    import zlib
+
     try:
         with path.open("rb") as file:
             if path.is_file() and os.fstat(file.fileno()).st_size:
-                return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ), True
-            return file.read(), False
+                mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+                if mapped[:2] != b"\x1f\x8b":
+                    return mapped, True
+                mapped.close()
+                file.seek(0)
+            data = file.read()
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(data), False
+        except (OSError, EOFError, zlib.error) as error:
+            raise UsageError(f"cannot read {path}: not a whole gzip file ({error})") from None
+    return data, False

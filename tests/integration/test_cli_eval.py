@@ -209,3 +209,20 @@ def test_a_query_named_all_keeps_its_values(tmp_path: Path) -> None:
     assert "listed as 'all (query)'" in as_json.stderr
     quiet = eval_files(tmp_path, qrels, run, "-m", "P@1")
     assert quiet.stderr == ""
+
+
+def test_gzip_files_are_read_as_replay_reads_them(tmp_path: Path) -> None:
+    """Recognised by their first bytes, whatever their names; a cut one is a clear error."""
+    import gzip
+
+    qrels, run = tmp_path / "qrels", tmp_path / "run.txt"
+    qrels.write_bytes(gzip.compress(Path(QRELS).read_bytes()))
+    run.write_bytes(gzip.compress(Path(RUN).read_bytes()))
+    plain = searchmon("eval", QRELS, RUN, "-m", "map", "-m", "P.5", "-q")
+    packed = searchmon("eval", str(qrels), str(run), "-m", "map", "-m", "P.5", "-q")
+    assert packed.returncode == 0, packed.stderr
+    assert packed.stdout == plain.stdout and "0.1785" in packed.stdout
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(qrels.read_bytes()[:100])
+    failed = searchmon("eval", str(cut), RUN, "-m", "map")
+    assert failed.returncode == 2 and "not a whole gzip file" in failed.stderr
