@@ -124,6 +124,14 @@ _TREC_NAMES: dict[str, tuple[str, bool]] = {
     "gm_map": ("GMAP", False),
 }
 _TREC_PRINTED = {value: trec for trec, value in _TREC_NAMES.items()}
+TREC_DEFAULT_CUTOFFS: dict[str, tuple[int, ...]] = {
+    "P": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
+    "recall": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
+    "map_cut": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
+    "ndcg_cut": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
+    "success": (1, 5, 10),
+}
+"""trec_eval 10's cutoffs of a measure named without any (``-m P``: P_5 to P_1000)."""
 _TREC = re.compile(r"^(?P<name>[A-Za-z_]+?)(?:[._](?P<k>[0-9][0-9,]*))?$")
 
 
@@ -148,6 +156,10 @@ def parse_named(text: str) -> list[tuple[str, MeasureSpec]]:
     the same spec.
     """
     text = text.strip()
+    defaults = TREC_DEFAULT_CUTOFFS.get(text)
+    if defaults is not None:  # trec_eval's default cutoffs
+        name = _TREC_NAMES[text][0]
+        return [(trec_eval_name(spec), spec) for spec in (MeasureSpec(name, k) for k in defaults)]
     trec = _TREC.match(text)
     if trec and trec["name"] in _TREC_NAMES and not _is_our_name(text):
         return [(trec_eval_name(spec), spec) for spec in _from_trec(text, trec["name"], trec["k"])]

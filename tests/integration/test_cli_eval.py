@@ -226,3 +226,21 @@ def test_gzip_files_are_read_as_replay_reads_them(tmp_path: Path) -> None:
     cut.write_bytes(qrels.read_bytes()[:100])
     failed = searchmon("eval", str(cut), RUN, "-m", "map")
     assert failed.returncode == 2 and "not a whole gzip file" in failed.stderr
+
+
+def test_names_without_a_cutoff_take_trec_evals_default_cutoffs() -> None:
+    """`-m P` (and recall, map_cut, ndcg_cut, success) without a cutoff: trec_eval 10's
+    cutoffs, printed line for line as trec_eval's own expected output prints them."""
+    names = ("P", "recall", "map_cut", "ndcg_cut", "success")
+    done = searchmon("eval", QRELS, RUN, *(arg for name in names for arg in ("-m", name)))
+    assert done.returncode == 0, done.stderr
+    cutoffs = {"success": (1, 5, 10)}
+    wanted = {f"{name}_{k}" for name in names
+              for k in cutoffs.get(name, (5, 10, 15, 20, 30, 100, 200, 500, 1000))}
+    golden = [
+        line for line in (DATA / "out.test.aq").read_text().splitlines()
+        if line.split("\t")[1] == "all" and line.split("\t")[0].strip() in wanted
+    ]
+    printed = done.stdout.splitlines()
+    assert len(printed) == 9 * 4 + 3
+    assert sorted(printed) == sorted(golden)

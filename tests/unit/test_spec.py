@@ -189,7 +189,7 @@ def test_trec_eval_name_exists_only_for_trec_eval_measures(spec: MeasureSpec) ->
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("P", "needs @k"),
+        ("F1", "needs @k"),
         ("Rprec@5", "takes no @k"),
         ("nDCG@0", "positive integer"),
         ("nDCG@ten", "positive integer"),
@@ -206,7 +206,7 @@ def test_trec_eval_name_exists_only_for_trec_eval_measures(spec: MeasureSpec) ->
         ("Judged(denom=retrieved)@99999999999999999999", "cutoff must be a positive integer"),
         ("MRR@10", "unknown measure"),
         ("map.5", "takes no cutoff"),
-        ("recall", "needs a cutoff"),
+        ("Success", "needs @k"),
         ("", "unknown measure"),
     ],
 )
@@ -214,3 +214,13 @@ def test_bad_names_state_the_grammar(text: str, reason: str) -> None:
     with pytest.raises(MeasureNameError, match=reason) as error:
         parse_measures(text)
     assert "expected NAME[(param=value,...)][@k]" in str(error.value)
+
+
+def test_trec_names_without_a_cutoff_take_trec_evals_defaults() -> None:
+    assert [name for name, _ in parse_named("P")] == [
+        "P_5", "P_10", "P_15", "P_20", "P_30", "P_100", "P_200", "P_500", "P_1000"
+    ]
+    assert parse_measures("success") == [MeasureSpec("Success", k) for k in (1, 5, 10)]
+    assert parse_measures("ndcg_cut")[0] == MeasureSpec("nDCG", 5)
+    assert parse_measures("map_cut")[-1] == MeasureSpec("AP", 1000)
+    assert parse_measures("recall")[1] == MeasureSpec("R", 10)
