@@ -109,6 +109,10 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         "-l", dest="rel_level", type=_relevance_level, default=1, metavar="REL",
         help="lowest label that counts as relevant (default 1)",
     )
+    ev.add_argument(
+        "-M", dest="max_docs", type=_positive, default=None, metavar="N",
+        help="use only the top N documents of each query's ranking (trec_eval -M)",
+    )
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.set_defaults(handler=_eval)
     if eval_only:
@@ -325,7 +329,8 @@ def _eval(args: argparse.Namespace) -> int:
         if not len(lines):
             raise UsageError(f"{path}: no {what} (the file is empty, or only comments and "
                              "blank lines)")
-    evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete)
+    evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete,
+                          max_docs=args.max_docs)
     if not evaluation.shared_queries:
         if not args.complete:  # trec_eval: "No queries with both results and relevance info"
             raise UsageError(f"no query of {args.run} is in {args.qrels}: nothing to evaluate")
@@ -338,6 +343,16 @@ def _eval(args: argparse.Namespace) -> int:
     out = format_json if args.json else format_text
     sys.stdout.write(out(evaluation, measures, args.per_query))
     return EXIT_OK
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _relevance_level(text: str) -> int:

@@ -40,16 +40,20 @@ def rank_run(qrels: Qrels, run: Run, *, complete: bool = False) -> tuple[list[st
 
 
 def evaluate(
-    qrels: Qrels, run: Run, specs: Sequence[MeasureSpec], *, complete: bool = False
+    qrels: Qrels, run: Run, specs: Sequence[MeasureSpec], *, complete: bool = False,
+    max_docs: int | None = None,
 ) -> Evaluation:
-    """Score every spec on every evaluated query and summarise each."""
-    query_ids, shared, lists = _rank(qrels, run, complete)
+    """Score every spec on every evaluated query and summarise each; ``max_docs``: only the
+    top that many documents of each ranking count (trec_eval ``-M``), the rest is discarded."""
+    query_ids, shared, lists = _rank(qrels, run, complete, max_docs)
     values = {spec: score(lists, spec) for spec in specs}
     summary = {s: aggregate(s, v) for s, v in values.items()}
     return Evaluation(query_ids, values, summary, shared)
 
 
-def _rank(qrels: Qrels, run: Run, complete: bool) -> tuple[list[str], int, RankedLists]:
+def _rank(
+    qrels: Qrels, run: Run, complete: bool, max_docs: int | None = None
+) -> tuple[list[str], int, RankedLists]:
     run_to_qrels = run.qids.codes_in(qrels.qids)
     in_run = np.zeros(len(qrels.qids.vocab), dtype=np.bool_)
     in_run[run_to_qrels[run_to_qrels >= 0]] = True
@@ -62,6 +66,12 @@ def _rank(qrels: Qrels, run: Run, complete: bool) -> tuple[list[str], int, Ranke
 
     order = _rank_order(query, run)
     ranked_query = query[order]
+    if max_docs is not None and len(order):
+        # rank within its query (the rows are grouped by query): the top max_docs stay
+        starts = np.flatnonzero(np.concatenate(([True], ranked_query[1:] != ranked_query[:-1])))
+        first = np.repeat(starts, np.diff(np.append(starts, len(order))))
+        keep = np.arange(len(order)) - first < max_docs
+        order, ranked_query = order[keep], ranked_query[keep]
     counts = np.bincount(ranked_query, minlength=len(evaluated))
     judgment = _judgments(qrels, judged_query, run, order, ranked_query, len(evaluated))
     # the judgment -1 (none) picks the label appended last

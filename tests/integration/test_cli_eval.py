@@ -244,3 +244,15 @@ def test_names_without_a_cutoff_take_trec_evals_default_cutoffs() -> None:
     printed = done.stdout.splitlines()
     assert len(printed) == 9 * 4 + 3
     assert sorted(printed) == sorted(golden)
+
+
+def test_max_docs_per_query_as_trec_eval_minus_m() -> None:
+    """`-M N` (also `-MN`): the top N of each ranking; trec_eval's own `-M100` output is the
+    golden test (tests/unit/test_trec_golden.py); here, the option as a user types it."""
+    five = searchmon("eval", QRELS, RUN, "-M5", "-m", "P.5,10")
+    assert five.returncode == 0, five.stderr
+    assert summary_lines(five.stdout) == {"P_5": 0.2667, "P_10": 0.1333}
+    spaced = searchmon("eval", QRELS, RUN, "-M", "5", "-m", "P.5,10")
+    assert spaced.stdout == five.stdout
+    bad = searchmon("eval", QRELS, RUN, "-M", "0")
+    assert bad.returncode == 2 and "-M: expected a positive integer, got '0'" in bad.stderr

@@ -48,29 +48,33 @@ def _expected(name: str) -> list[_Row]:
     return rows
 
 
-def _evaluate(qrels: str, run: str, rows: list[_Row], *, complete: bool, rel: int) -> Evaluation:
+def _evaluate(
+    qrels: str, run: str, rows: list[_Row], *, complete: bool, rel: int,
+    max_docs: int | None = None,
+) -> Evaluation:
     specs = sorted({spec for _, _, spec, _ in rows}, key=str)
     return evaluate(
         parse_qrels((DATA / qrels).read_bytes(), qrels),
         parse_run((DATA / run).read_bytes(), run),
         [s.with_relevance_level(rel) for s in specs],
-        complete=complete,
+        complete=complete, max_docs=max_docs,
     )
 
 
 CASES = [
-    ("out.test.aq", "qrels.test", "results.test", False, 1),
-    ("out.test.aqc", "qrels.test", "results.trunc", True, 1),
-    ("out.test.aql", "qrels.rel_level", "results.test", False, 2),
+    ("out.test.aq", "qrels.test", "results.test", False, 1, None),
+    ("out.test.aqc", "qrels.test", "results.trunc", True, 1, None),
+    ("out.test.aqcM", "qrels.test", "results.trunc", True, 1, 100),
+    ("out.test.aql", "qrels.rel_level", "results.test", False, 2, None),
 ]
 
 
-@pytest.mark.parametrize(("expected", "qrels", "run", "complete", "rel"), CASES)
+@pytest.mark.parametrize(("expected", "qrels", "run", "complete", "rel", "max_docs"), CASES)
 def test_every_supported_measure_matches_trec_eval(
-    expected: str, qrels: str, run: str, complete: bool, rel: int
+    expected: str, qrels: str, run: str, complete: bool, rel: int, max_docs: int | None
 ) -> None:
     rows = _expected(expected)
-    evaluation = _evaluate(qrels, run, rows, complete=complete, rel=rel)
+    evaluation = _evaluate(qrels, run, rows, complete=complete, rel=rel, max_docs=max_docs)
     num_ret = {r[1]: r[2] for r in _raw(expected) if r[0] == "num_ret"}
     checked = 0
     mismatches = []
