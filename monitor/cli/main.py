@@ -29,7 +29,13 @@ from monitor.offline.report import (
     skipped_note,
     summary_name_note,
 )
-from monitor.offline.spec import INT64_MAX, INT64_MIN, MeasureNameError, parse_named
+from monitor.offline.spec import (
+    INT64_MAX,
+    INT64_MIN,
+    MeasureNameError,
+    parse_named,
+    trec_order,
+)
 from monitor.offline.trec import Data, Qrels, Run, TrecFormatError, parse_qrels, parse_run
 
 if TYPE_CHECKING:
@@ -315,13 +321,15 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
 
 def _eval(args: argparse.Namespace) -> int:
     _keep_freed_memory()
-    measures: list[Named] = []
+    asked: list[Named] = []
     for text in args.measures or DEFAULT_EVAL_MEASURES:
         try:
-            named = parse_named(text)
+            asked += parse_named(text)
         except MeasureNameError as error:
             raise UsageError(str(error)) from None
-        measures += [(name, spec.with_relevance_level(args.rel_level)) for name, spec in named]
+    measures = [  # in trec_eval's order where asked by trec_eval's names
+        (name, spec.with_relevance_level(args.rel_level)) for name, spec in trec_order(asked)
+    ]
     qrels = _parse_file(parse_qrels, args.qrels)
     run = _parse_file(parse_run, args.run)
     # trec_eval refuses an empty file too ("Cannot read"), and a file of comments only

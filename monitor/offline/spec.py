@@ -11,6 +11,7 @@ trec_eval's grammar is printed as trec_eval prints it (``ndcg_cut.5,10`` gives
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
@@ -124,6 +125,34 @@ _TREC_NAMES: dict[str, tuple[str, bool]] = {
     "gm_map": ("GMAP", False),
 }
 _TREC_PRINTED = {value: trec for trec, value in _TREC_NAMES.items()}
+TREC_ORDER = (
+    "map", "gm_map", "Rprec", "bpref", "recip_rank", "P", "recall", "ndcg", "ndcg_cut",
+    "map_cut", "success",
+)
+"""The order trec_eval 10 prints its measures in (its measure table), whatever the order
+they were asked in; a measure's cutoffs print in ascending order."""
+_TREC_PRINTED_NAME = re.compile(r"^(?P<family>[A-Za-z_]+?)(?:_(?P<k>[0-9]+))?$")
+
+
+def trec_order(named: Sequence[tuple[str, MeasureSpec]]) -> list[tuple[str, MeasureSpec]]:
+    """``named`` as trec_eval prints them: the measures asked for by a trec_eval name in
+    trec_eval's order (``TREC_ORDER``, cutoffs ascending), then the others in the order
+    given; each once."""
+    trec: dict[str, tuple[tuple[int, int], MeasureSpec]] = {}
+    ours: dict[str, MeasureSpec] = {}
+    for name, spec in named:
+        printed = _TREC_PRINTED_NAME.match(name)
+        family = printed["family"] if printed else None
+        try:
+            is_trec = trec_eval_name(spec) == name and family in TREC_ORDER
+        except ValueError:
+            is_trec = False
+        if is_trec:
+            trec[name] = ((TREC_ORDER.index(str(family)), spec.cutoff or 0), spec)
+        else:
+            ours.setdefault(name, spec)
+    ordered = sorted(trec.items(), key=lambda item: item[1][0])
+    return [(name, spec) for name, (_, spec) in ordered] + list(ours.items())
 TREC_DEFAULT_CUTOFFS: dict[str, tuple[int, ...]] = {
     "P": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
     "recall": (5, 10, 15, 20, 30, 100, 200, 500, 1000),

@@ -256,3 +256,20 @@ def test_max_docs_per_query_as_trec_eval_minus_m() -> None:
     assert spaced.stdout == five.stdout
     bad = searchmon("eval", QRELS, RUN, "-M", "0")
     assert bad.returncode == 2 and "-M: expected a positive integer, got '0'" in bad.stderr
+
+
+def test_trec_eval_names_print_byte_for_byte_in_trec_evals_order() -> None:
+    """Asked in any order, trec_eval's names print per query and in the summary in the
+    order trec_eval prints them (its measure table, cutoffs ascending), byte for byte as
+    trec_eval's own expected output has them."""
+    asked = ["ndcg_cut.10", "P.10,5", "success.1", "map", "recall.100", "recip_rank",
+             "bpref", "Rprec", "P.5"]
+    done = searchmon("eval", QRELS, RUN, "-q", *(arg for name in asked for arg in ("-m", name)))
+    assert done.returncode == 0, done.stderr
+    names = {"ndcg_cut_10", "P_10", "P_5", "success_1", "map", "recall_100", "recip_rank",
+             "bpref", "Rprec"}
+    golden = "".join(
+        line + "\n" for line in (DATA / "out.test.aq").read_text().splitlines()
+        if line.split("\t")[0].strip() in names
+    )
+    assert done.stdout == golden

@@ -14,6 +14,7 @@ from monitor.offline.spec import (
     parse_measures,
     parse_named,
     trec_eval_name,
+    trec_order,
 )
 from tests.support.files import DATA
 
@@ -224,3 +225,11 @@ def test_trec_names_without_a_cutoff_take_trec_evals_defaults() -> None:
     assert parse_measures("ndcg_cut")[0] == MeasureSpec("nDCG", 5)
     assert parse_measures("map_cut")[-1] == MeasureSpec("AP", 1000)
     assert parse_measures("recall")[1] == MeasureSpec("R", 10)
+
+
+def test_trec_names_are_put_in_trec_evals_order_and_ours_follow_as_asked() -> None:
+    asked = [*parse_named("ndcg_cut.10"), *parse_named("nDCG@5"), *parse_named("P.20,5"),
+             *parse_named("map"), *parse_named("AP"), *parse_named("P.5")]
+    assert [name for name, _ in trec_order(asked)] == [
+        "map", "P_5", "P_20", "ndcg_cut_10", "nDCG@5", "AP"
+    ]
