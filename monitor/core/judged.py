@@ -763,11 +763,15 @@ class Judged:
         self.last_completed_time = sample.last
 
     def _baseline(self, cell: tuple[int, int]) -> Sample | None:
-        """The sample ``cell`` is compared with under the configured policy."""
-        policy = self.config.baseline
-        if policy == LAST_GOOD:
-            return self.baselines.get(cell, self.previous)
-        return self.previous if policy == PREVIOUS else self.pinned
+        """The sample ``cell`` is compared with: the one it holds (the last good one under
+        ``last_good``, or an accepted one under any policy), else the newest completed
+        sample, or the pinned one."""
+        held = self.baselines.get(cell)
+        if held is not None:
+            return held
+        return self.pinned if self.config.baseline not in (LAST_GOOD, PREVIOUS) else (
+            self.previous
+        )
 
     def _judge(self, sample: Sample) -> None:
         """Compare per class and measure, each with its baseline; flags follow Holm's
@@ -840,7 +844,10 @@ class Judged:
                     self.baselines[cell] = baseline  # the regression is compared with it
             else:
                 self.flagged.pop(cell, None)
-                self.baselines.pop(cell, None)  # this sample, the newest: the baseline
+                if config.baseline == LAST_GOOD:
+                    self.baselines.pop(cell, None)  # this sample, the newest: the baseline
+            if config.baseline == PREVIOUS:
+                self.baselines.pop(cell, None)  # an accepted sample serves once, then previous
 
     def accept(
         self, time: float, sample_id: str | None, klass: int | None, measure: int | None,
@@ -866,10 +873,10 @@ class Judged:
         }
         for cell in cells:
             self.flagged.pop(cell, None)
-            if chosen is self.previous:
-                self.baselines.pop(cell, None)
+            if chosen is self.previous and self.config.baseline in (LAST_GOOD, PREVIOUS):
+                self.baselines.pop(cell, None)  # what the cell compares with anyway
             else:
-                self.baselines[cell] = chosen
+                self.baselines[cell] = chosen  # under a pin: a pin of its own
             verdict = self.verdicts.get(cell)
             if verdict is not None and verdict.regression:
                 self.verdicts[cell] = Verdict(

@@ -188,3 +188,20 @@ def test_no_other_class_is_ever_flagged_over_20_seeds() -> None:
         lasting += navigational(found)[1:] == [True] * (len(found) - 1)
     print(f"navigational flagged at every sample after the bug in {lasting} of 20 seeds")
     assert lasting == 20
+
+
+def test_an_acceptance_under_a_pinned_baseline_pins_the_accepted_sample() -> None:
+    """With `baseline = "sample-1"` every sample compares with sample-1; an accepted sample
+    becomes the pin of the cells it names, for every later sample."""
+    config = Config.model_validate({"offline": {"baseline": "sample-1"}})
+    lines = stream(3, Regression("navigational", START + 2 * HOUR))
+    pipeline, found = per_sample(lines[: len(lines) * 3 // 5], config)
+    assert navigational(found)[-1] is True
+    newest = pipeline.judged.previous
+    assert newest is not None
+    assert pipeline.feed(baseline_message(newest.last + 60, query_class="navigational")) is None
+    _, later = per_sample(lines[len(lines) * 3 // 5:], pipeline=pipeline)
+    assert len(later) >= 2 and all(flag is False for flag in navigational(later))
+    klass = pipeline.classes.index["navigational"]
+    assert pipeline.judged.verdicts[(klass, 0)].baseline_id == newest.sample_id
+    assert pipeline.judged.verdicts[(OVERALL, 0)].baseline_id == "sample-1", "only that class"
