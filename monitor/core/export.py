@@ -255,8 +255,7 @@ def export(pipeline: Pipeline) -> Export:
             ))
         acceptances = tuple(
             AcceptanceFigures(
-                a.time, a.sample_id,
-                None if a.klass is None else ALL if a.klass == OVERALL else names[a.klass],
+                a.time, a.sample_id, a.query_class,
                 None if a.measure is None else measures[a.measure], a.reason, a.by, a.applied,
             )
             for a in judged.acceptances

@@ -208,13 +208,14 @@ class Flagged:
 
 @dataclass(frozen=True, slots=True)
 class Acceptance:
-    """An ``accept`` message: ``sample_id`` is the baseline of ``cells`` from then on.
-    ``klass`` None: every class and the overall figures; ``measure`` None: every measure.
-    ``applied``: whether the sample was known (completed and kept) when it was read."""
+    """A ``baseline`` message: ``sample_id`` is the baseline of the cells of
+    ``query_class`` (None: every class and the overall figures; ``all``: the overall
+    figures) and ``measure`` (None: every measure) from then on. ``applied``: whether the
+    sample was kept (completed) and the class known when it was read."""
 
     time: float
     sample_id: str
-    klass: int | None
+    query_class: str | None
     measure: int | None
     reason: str
     by: str
@@ -332,7 +333,7 @@ class FlaggedState:
 class AcceptanceState:
     time: Float
     sample_id: str
-    klass: Int | None
+    query_class: str | None
     measure: Int | None
     reason: str
     by: str
@@ -782,7 +783,7 @@ class Judged:
         """
         config = self.config
         classes = {klass for klass, _ in sample.scores.values()} | {OVERALL}
-        classes |= {klass for klass, _ in self.verdicts}
+        classes |= {klass for klass, _ in self.verdicts} | {klass for klass, _ in self.baselines}
         results: dict[tuple[int, int], tuple[PairedComparison, Sample, list[str]]] = {}
         shared_with: dict[str, list[str]] = {}
         for klass in sorted(classes):
@@ -842,7 +843,7 @@ class Judged:
                 )
                 if config.baseline == LAST_GOOD:
                     self.baselines[cell] = baseline  # the regression is compared with it
-            else:
+            elif verdict is False:  # quality is back (None, too few queries: no news)
                 self.flagged.pop(cell, None)
                 if config.baseline == LAST_GOOD:
                     self.baselines.pop(cell, None)  # this sample, the newest: the baseline
@@ -850,27 +851,31 @@ class Judged:
                 self.baselines.pop(cell, None)  # an accepted sample serves once, then previous
 
     def accept(
-        self, time: float, sample_id: str | None, klass: int | None, measure: int | None,
-        reason: str, by: str,
+        self, time: float, sample_id: str | None, query_class: str | None, klass: int | None,
+        measure: int | None, reason: str, by: str,
     ) -> Acceptance:
         """Make ``sample_id`` (None: the newest completed sample) the baseline of the cells
-        of ``klass`` (None: every class and the overall figures) and ``measure`` (None:
-        every measure): an intended change, accepted. Their regressions end now."""
+        of ``query_class`` (its index ``klass``, None when the class is unknown; no class:
+        every class and the overall figures) and ``measure`` (None: every measure) that
+        have a verdict: an intended change, accepted. Their regressions end now. Samples
+        that went quiet before ``time`` complete first, as before a judgment."""
+        self.judgment_clock = max(self.judgment_clock, time)
+        self.settle(self.judgment_clock)
         chosen = self._kept(sample_id)
+        known = query_class is None or klass is not None
         accepted = Acceptance(
-            time, chosen.sample_id if chosen is not None else (sample_id or ""), klass,
-            measure, reason, by, chosen is not None,
+            time, chosen.sample_id if chosen is not None else (sample_id or ""), query_class,
+            measure, reason, by, chosen is not None and known,
         )
         self.acceptances.append(accepted)
         while len(self.acceptances) > ACCEPTANCES_KEPT:
             self.acceptances.popleft()
-        if chosen is None:
+        if chosen is None or not known:
             return accepted
         cells = {
-            (k, m)
-            for k in ({klass} if klass is not None else {OVERALL, *self._classes_seen()})
-            for m in ({measure} if measure is not None else range(len(self.specs)))
-        }
+            (k, m) for k, m in self.verdicts
+            if (query_class is None or k == klass) and (measure is None or m == measure)
+        }  # a cell with no verdict is judged by no sample yet: it holds no baseline
         for cell in cells:
             self.flagged.pop(cell, None)
             if chosen is self.previous and self.config.baseline in (LAST_GOOD, PREVIOUS):
@@ -892,11 +897,6 @@ class Judged:
             if sample is not None and sample.sample_id == sample_id:
                 return sample
         return None
-
-    def _classes_seen(self) -> set[int]:
-        return {klass for klass, _ in self.verdicts if klass != OVERALL} | {
-            klass for klass, _ in self.baselines if klass != OVERALL
-        }
 
     # --- state as data ---------------------------------------------------------------------
 
@@ -962,8 +962,8 @@ class Judged:
                 for (k, m), f in sorted(self.flagged.items())
             ],
             acceptances=[
-                AcceptanceState(a.time, a.sample_id, a.klass, a.measure, a.reason, a.by,
-                                a.applied)
+                AcceptanceState(a.time, a.sample_id, a.query_class, a.measure, a.reason,
+                                a.by, a.applied)
                 for a in self.acceptances
             ],
         )
@@ -971,8 +971,9 @@ class Judged:
     def _held(self) -> list[Sample]:
         """The baselines that are neither the newest sample nor the pinned one."""
         held: dict[str, Sample] = {}
+        kept = {s.sample_id for s in (self.previous, self.pinned) if s is not None}
         for sample in self.baselines.values():
-            if sample is not self.previous and sample is not self.pinned:
+            if sample.sample_id not in kept:
                 held[sample.sample_id] = sample
         return list(held.values())
 
@@ -1026,6 +1027,10 @@ class Judged:
         )
         self.previous = _sample(state.previous, classes, measures) if state.previous else None
         self.pinned = _sample(state.pinned, classes, measures) if state.pinned else None
+        if self.previous is not None and self.pinned is not None and (
+            self.previous.sample_id == self.pinned.sample_id
+        ):
+            self.pinned = self.previous  # one sample, as before the snapshot
         kept = {s.sample_id: s for s in (self.previous, self.pinned) if s is not None}
         kept |= {s.sample_id: _sample(s, classes, measures) for s in state.held}
         self.baselines = {}
@@ -1042,11 +1047,11 @@ class Judged:
             self.flagged[(f.klass, f.measure)] = Flagged(f.sample_id, f.time, f.samples)
         require(len(state.acceptances) <= ACCEPTANCES_KEPT, "judged state: acceptances")
         for a in state.acceptances:
-            require((a.klass is None or OVERALL <= a.klass < classes)
-                    and (a.measure is None or 0 <= a.measure < measures),
-                    "judged state: an acceptance's class or measure")
+            require(a.measure is None or 0 <= a.measure < measures,
+                    "judged state: an acceptance's measure")
         self.acceptances = deque(
-            Acceptance(a.time, a.sample_id, a.klass, a.measure, a.reason, a.by, a.applied)
+            Acceptance(a.time, a.sample_id, a.query_class, a.measure, a.reason, a.by,
+                       a.applied)
             for a in state.acceptances
         )
         self.verdicts = {}

@@ -442,14 +442,10 @@ class Pipeline:
         judged, event = self.judged, message.event
         if event["type"] == "baseline":
             name, measure = event.get("query_class"), event.get("measure")
-            klass: int | None = None
-            if name == ALL:
-                klass = OVERALL
-            elif name is not None:
-                klass = self.classes.classify(name, "")
-                self.grow()
+            # a class it names is one the classes know (never one it would add)
+            klass = OVERALL if name == ALL else self._class_index.get(name) if name else None
             accepted = judged.accept(
-                message.time, event.get("sample_id"), klass,
+                message.time, event.get("sample_id"), name, klass,
                 judged.config.measures.index(measure) if measure is not None else None,
                 event["reason"], event["by"],
             )
@@ -458,9 +454,9 @@ class Pipeline:
                             accepted.sample_id, name or "every class", measure or "every "
                             "measure", accepted.reason)
             else:
-                log.warning("baseline acceptance by %s names sample %r, which is not a kept "
-                            "completed sample: nothing changed", accepted.by,
-                            event.get("sample_id"))
+                log.warning("baseline acceptance by %s names sample %r and class %r: not a "
+                            "kept completed sample, or a class not known: nothing changed",
+                            accepted.by, event.get("sample_id"), name)
             judged.advance(message.time)
             return
         if event["type"] == "qrels":

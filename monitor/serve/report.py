@@ -91,12 +91,11 @@ def _regressions(pipeline: Pipeline) -> dict[str, Any]:
 
 def _acceptances(pipeline: Pipeline) -> list[dict[str, Any]]:
     """The baselines accepted by ``baseline`` messages, oldest first (the newest 20)."""
-    judged, names = pipeline.judged, pipeline.classes.names
+    judged = pipeline.judged
     return [
         {
             "time": _utc(a.time), "sample": a.sample_id,
-            "query_class": None if a.klass is None else ALL if a.klass == OVERALL
-            else names[a.klass],
+            "query_class": a.query_class,
             "measure": None if a.measure is None else str(judged.specs[a.measure]),
             "reason": a.reason, "by": a.by, "applied": a.applied,
         }

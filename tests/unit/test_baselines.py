@@ -9,8 +9,9 @@ import pytest
 
 from monitor.config import Config
 from monitor.core.export import export
-from monitor.core.judged import OVERALL
+from monitor.core.judged import OVERALL, Judged
 from monitor.core.pipeline import Pipeline
+from monitor.core.snapshots import Layout
 from monitor.inputs.generate import Regression, Traffic, World, events
 from monitor.serve.report import report
 from monitor.state import codec
@@ -205,3 +206,84 @@ def test_an_acceptance_under_a_pinned_baseline_pins_the_accepted_sample() -> Non
     klass = pipeline.classes.index["navigational"]
     assert pipeline.judged.verdicts[(klass, 0)].baseline_id == newest.sample_id
     assert pipeline.judged.verdicts[(OVERALL, 0)].baseline_id == "sample-1", "only that class"
+
+
+# --- the rules on small samples (a Judged alone) -----------------------------------------
+
+
+def offline(**settings: object) -> Judged:
+    return Judged(Config.model_validate({"offline": {"sample_quiet": 60, **settings}}).offline)
+
+
+def sample(judged: Judged, sample_id: str, at: float, good: bool, klass: int = 1,
+           first: int = 0) -> None:
+    """30 judged queries of ``klass``, all ranked right (good) or all wrong, then quiet."""
+    for i in range(first, first + 30):
+        judged.judgment(sample_id, at + i * 0.01, klass, f"q{i}", ["d1"] if good else ["x"],
+                        {"d1": 1})
+    judged.settle(at + 1000)
+
+
+def test_a_sample_too_small_for_a_verdict_does_not_end_a_regression() -> None:
+    """The class is absent from one sample (no verdict): the regression stays flagged against
+    the last good sample, and the next broken sample is still a regression (2 samples)."""
+    judged = offline()
+    sample(judged, "s1", 0, good=True)
+    sample(judged, "s2", 1000, good=False)
+    sample(judged, "s3", 2000, good=True, klass=2, first=100)
+    assert judged.verdicts[(1, 0)].regression is None
+    assert judged.flagged[(1, 0)].samples == 1 and judged.baselines[(1, 0)].sample_id == "s1"
+    sample(judged, "s4", 3000, good=False)
+    assert judged.verdicts[(1, 0)].regression is True
+    assert judged.verdicts[(1, 0)].baseline_id == "s1" and judged.flagged[(1, 0)].samples == 2
+
+
+def test_a_baseline_message_completes_the_samples_quiet_before_it() -> None:
+    """As a judgment does: the sample it names (or the newest) is the same in a replay read
+    straight through and in a daemon whose live events completed it already."""
+    judged = offline()
+    sample(judged, "s1", 0, good=True)
+    sample(judged, "s2", 1000, good=False)
+    for i in range(30):  # s3, broken, not settled yet
+        judged.judgment("s3", 2000 + i * 0.01, 1, f"q{i}", ["x"], {"d1": 1})
+    accepted = judged.accept(2000 + 600 + 60, None, None, None, None, "intended", "alice")
+    assert accepted.applied and accepted.sample_id == "s3", "s3 completed first"
+    assert not judged.flagged
+
+
+def test_an_acceptance_of_an_unknown_class_changes_nothing_and_adds_no_class() -> None:
+    pipeline = Pipeline(Config())
+    lines = stream(3, Regression("navigational", START + 2 * HOUR))
+    per_sample(lines[: len(lines) * 3 // 5], pipeline=pipeline)
+    classes = list(pipeline.classes.names)
+    newest = pipeline.judged.previous
+    assert newest is not None and pipeline.judged.flagged
+    flagged = dict(pipeline.judged.flagged)
+    assert pipeline.feed(baseline_message(newest.last + 1, query_class="navigatoinal")) is None
+    assert pipeline.classes.names == classes and pipeline.judged.flagged == flagged
+    assert report(pipeline)["acceptances"][-1]["applied"] is False
+    assert report(pipeline)["acceptances"][-1]["query_class"] == "navigatoinal"
+
+
+def test_an_acceptance_holds_no_sample_for_a_cell_without_a_verdict() -> None:
+    """A class no sample judged yet has no cell to hold a baseline in: the accepted sample
+    is not kept for it (it was, forever, in every checkpoint)."""
+    judged = offline()
+    sample(judged, "s1", 0, good=True)
+    sample(judged, "s2", 1000, good=False)
+    assert judged.accept(2000, "s1", "rare", 7, None, "reason", "bob").applied
+    assert not any(k == 7 for k, _ in judged.baselines)
+    sample(judged, "s3", 3000, good=True)  # class 1 recovers: nothing holds s1 any more
+    assert not judged.baselines and judged.snapshot().held == []
+
+
+def test_the_pinned_newest_sample_restores_as_one_sample() -> None:
+    judged = offline(baseline="s1")
+    sample(judged, "s1", 0, good=True)
+    assert judged.previous is judged.pinned
+    again = Judged.restore(Layout(Config.model_validate(
+        {"offline": {"sample_quiet": 60, "baseline": "s1"}}), 3), judged.snapshot())
+    assert again.previous is again.pinned
+    again.accept(1100, None, None, None, None, "r", "me")
+    sample(again, "s2", 2000, good=True)
+    assert [s.sample_id for s in again.snapshot().held] == []
