@@ -320,10 +320,8 @@ class Pipeline:
                 klass = accepted[5]
                 counters = self.counters
                 counters.queries[klass] += 1
-                results = len(event.result_ids)
-                counters.result_impressions[klass] += results
-                count = event.result_count
-                zero = (count == 0) if count is not None else (results == 0 and event.results_known)
+                counters.result_impressions[klass] += len(event.result_ids)
+                zero = accepted[6] in (ZERO, UNKNOWN_ZERO)  # as ``read`` found it
                 if zero:
                     counters.zero_result_queries[klass] += 1
                 if self.lists is not None:

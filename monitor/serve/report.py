@@ -71,6 +71,7 @@ def _regressions(pipeline: Pipeline) -> dict[str, Any]:
     for (klass, m), verdict in sorted(judged.verdicts.items()):
         name = ALL if klass == OVERALL else names[klass]
         comparison = verdict.comparison
+        since = judged.flagged.get((klass, m)) if verdict.regression else None
         out.setdefault(name, {})[str(judged.specs[m])] = {
             "sample": verdict.sample_id,
             "baseline": verdict.baseline_id,
@@ -79,9 +80,6 @@ def _regressions(pipeline: Pipeline) -> dict[str, Any]:
             "p_permutation": comparison.p_permutation if comparison.shared else None,
             "p_t": comparison.p_t if comparison.shared else None,
             "regression": verdict.regression,
-        }
-        since = judged.flagged.get((klass, m)) if verdict.regression else None
-        out[name][str(judged.specs[m])] |= {
             "since_sample": since.sample_id if since is not None else None,
             "since": _utc(since.time) if since is not None else None,
             "flagged_samples": since.samples if since is not None else 0,

@@ -32,7 +32,6 @@ from tests.support.daemon import (
     EVENTS,
     children,
     log_of,
-    print_daemon_logs,
     start_daemon,
     wait_for_log,
     wait_until_read,
@@ -906,9 +905,6 @@ def test_a_lasting_regression_stays_flagged_until_a_baseline_is_accepted(
                          until=lambda v: v.get("searchmon_judged_messages_total") == 121)
         assert after[f"search_judged_regression{cell}"] == 0.0
         assert "baseline accepted by alice: sample s3" in log_of(tmp_path)
-    except AssertionError:
-        print_daemon_logs(tmp_path)
-        raise
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -941,9 +937,6 @@ def test_a_finished_stream_is_counted_in_full_soon_after_caught_up(
         print(f"counted in full {time.monotonic() - caught_up:.1f} s after caught up")
         assert counted == want
         assert "the watermark follows the wall clock" in log_of(tmp_path)
-    except AssertionError:
-        print_daemon_logs(tmp_path)
-        raise
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -992,21 +985,17 @@ def test_reset_starts_over_from_the_earliest_or_the_latest_offsets(
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=30)
 
-    try:
-        first = run_until_read(total)
-        done = reset("earliest")
-        assert done.returncode == 0, done.stderr
-        assert "reset-events/0: 0" in done.stdout and "moved checkpoints" in done.stdout
-        assert list(tmp_path.glob("state/reset-*/checkpoints/*.ckpt"))
-        again = run_until_read(total)
-        assert online_counts(again) == online_counts(first) == counts_of(expected(messages))
-        assert "no checkpoint: reading from the group's committed offset 0" in log_of(tmp_path)
-        done = reset("latest")
-        assert done.returncode == 0, done.stderr
-        ends = {f"reset-events/{p}: {len(m)}" for p, m in enumerate(messages)}
-        assert all(line in done.stdout for line in ends), done.stdout
-        after = run_until_read(0)
-        assert after.get("searchmon_events_read_total", 0.0) == 0.0
-    except AssertionError:
-        print_daemon_logs(tmp_path)
-        raise
+    first = run_until_read(total)
+    done = reset("earliest")
+    assert done.returncode == 0, done.stderr
+    assert "reset-events/0: 0" in done.stdout and "moved checkpoints" in done.stdout
+    assert list(tmp_path.glob("state/reset-*/checkpoints/*.ckpt"))
+    again = run_until_read(total)
+    assert online_counts(again) == online_counts(first) == counts_of(expected(messages))
+    assert "no checkpoint: reading from the group's committed offset 0" in log_of(tmp_path)
+    done = reset("latest")
+    assert done.returncode == 0, done.stderr
+    ends = {f"reset-events/{p}: {len(m)}" for p, m in enumerate(messages)}
+    assert all(line in done.stdout for line in ends), done.stdout
+    after = run_until_read(0)
+    assert after.get("searchmon_events_read_total", 0.0) == 0.0
