@@ -208,6 +208,68 @@ class QueryClassesConfig(Section):
         return names
 
 
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+RESERVED_LABELS = frozenset({
+    "query_class", "measure", "source", "window", "reason", "le", "quantile", "job",
+    "instance", "topic", "partition", "list", "dimension", "version",
+})
+"""Label names of searchmon's own families and of Prometheus targets: no dimension's."""
+UNKNOWN = "unknown"
+"""The value of a dimension an event does not give."""
+SPECIAL_VALUES = frozenset({"unknown", "other", "all"})
+
+
+class SlicesConfig(Section):
+    """Dimensions besides the query class: each a label of every online and offline family."""
+
+    dimensions: list[str] = []
+    """Names of the dimensions, in label order (``query_class`` is always the first)."""
+    values: dict[str, list[str]] = {}
+    """The closed value set of a dimension; a dimension not named here keeps the first
+    ``max_values`` values seen in event time."""
+    max_values: int = Field(default=20, ge=1, le=1000)
+    max_series: int = Field(default=2000, ge=1, le=1_000_000)
+    max_value_chars: int = Field(default=100, ge=1, le=1000)
+    """A longer value counts as ``other``."""
+
+    @field_validator("dimensions")
+    @classmethod
+    def _label_names(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("dimension names must be distinct")
+        for name in names:
+            if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
+                raise ValueError(f"{name!r} is not a Prometheus label name")
+            if name in RESERVED_LABELS:
+                raise ValueError(f"{name!r} is a label searchmon or Prometheus uses already")
+        return names
+
+    @field_validator("values")
+    @classmethod
+    def _value_lists(cls, values: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, listed in values.items():
+            if not listed or len(set(listed)) != len(listed) or not all(listed):
+                raise ValueError(f"values of {name}: expected distinct, non-empty values")
+            special = SPECIAL_VALUES.intersection(listed)
+            if special:
+                raise ValueError(f"values of {name}: {sorted(special)} are reserved "
+                                 "(unknown: no value given; other: outside the set)")
+        return values
+
+    @model_validator(mode="after")
+    def _within_budget(self) -> SlicesConfig:
+        strangers = set(self.values) - set(self.dimensions)
+        if strangers:
+            raise ValueError(f"values given for {sorted(strangers)}, not in dimensions")
+        product = 1
+        for listed in self.values.values():
+            product *= len(listed)
+        if product > self.max_series:
+            raise ValueError(f"the configured value lists make {product} slices, more than "
+                             f"max_series ({self.max_series})")
+        return self
+
+
 def _zone_name(value: str) -> str:
     if value != "reject":
         try:
@@ -382,6 +444,7 @@ class Config(Section):
     state: StateConfig = StateConfig()
     sessions: SessionsConfig = SessionsConfig()
     query_classes: QueryClassesConfig = QueryClassesConfig()
+    slices: SlicesConfig = SlicesConfig()
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
     ubi: UbiConfig = UbiConfig()

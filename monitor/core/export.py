@@ -7,8 +7,9 @@ order add up. Counters (and histograms, which are counters too) are added with a
 (open sessions, the newest event time) come from the partitions owned now; the offline gauges
 (window means, verdicts) from the one pipeline that holds the offline state.
 
-A slice is the tuple of label values of ``SLICE_LABELS`` that a series carries. Today that is
-the query class alone; a new dimension is a new label in the tuple, not a new code path.
+A slice is the tuple of label values (``Export.labels``: ``query_class``, then each dimension
+of ``[slices]``) that a series carries; a new dimension is a new label in the tuple, not a new
+code path.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from monitor.core.classes import ALL, OTHER
 from monitor.core.judged import OVERALL, SCORE_BUCKETS, SOURCES
 from monitor.core.online import OnlineCounters
 from monitor.core.pipeline import Pipeline
+from monitor.core.slices import QUERY_CLASS
+from monitor.core.slices import Slice as Slice
 from monitor.core.snapshots import Float, Int, finite_or_none, require
 from monitor.inputs.events import Reason
 
-SLICE_LABELS = ("query_class",)
-Slice = tuple[str, ...]
-"""Values of ``SLICE_LABELS``, in that order."""
+SLICE_LABELS: tuple[str, ...] = (QUERY_CLASS,)
+"""The labels of a slice without dimensions."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class OfflineFigures:
 @dataclass(frozen=True)
 class Export:
     slices: tuple[SliceFigures, ...] = ()
+    labels: tuple[str, ...] = SLICE_LABELS
+    """The label of each value of a slice: ``query_class``, then the dimensions."""
     accepted: Int = 0
     rejected: dict[str, Int] = field(
         default_factory=lambda: dict.fromkeys((r.value for r in Reason), 0)
@@ -138,6 +142,8 @@ class Export:
     reused_query_ids: Int = 0
     impressions_without_position: Int = 0
     merged_query_records: Int = 0
+    folded_values: dict[str, Int] = field(default_factory=dict)
+    """Per dimension: queries whose value counted as ``other``."""
     scores: tuple[ScoreFigures, ...] = ()
     skipped_scores: Int = 0
     open_sessions: Int = 0
@@ -166,17 +172,20 @@ def check(figures: Export) -> None:
     back from a ledger is data: it is checked before anything adds it up)."""
     slices = [figures.slice for figures in figures.slices]
     require(len(set(slices)) == len(slices), "export: a slice twice")
+    width = len(figures.labels)
+    require(width >= 1 and figures.labels[0] == QUERY_CLASS
+            and len(set(figures.labels)) == width, "export: labels not of a slice")
     for part in figures.slices:
         sizes = tuple(len(h.counts) for h in part.histograms)
         require(
-            len(part.slice) == len(SLICE_LABELS)
+            len(part.slice) == width
             and len(part.counts) <= len(OnlineCounters.COUNTS)
             and sizes == _HISTOGRAM_SIZES[:len(sizes)],
             "export: online counters not of this version",
         )
     for score in figures.scores:
         require(
-            score.source in SOURCES and len(score.slice) == len(SLICE_LABELS)
+            score.source in SOURCES and len(score.slice) == width
             and len(score.histogram.counts) == len(SCORE_BUCKETS) + 1,
             "export: judged scores not of this version",
         )
@@ -202,24 +211,28 @@ def padded(figures: Export) -> Export:
 
 
 def export(pipeline: Pipeline) -> Export:
-    """The figures of one pipeline: every class it knows (configured ones from the start)."""
-    names = pipeline.classes.names
+    """The figures of one pipeline: every slice it knows (configured classes from the start);
+    an alias's online figures added to those of the slice it shares its labels with."""
+    slices_of = pipeline.slices
+    names, canonical = slices_of.names, slices_of.canonical
     counters, health, judged = pipeline.counters, pipeline.health, pipeline.judged
     columns = [getattr(counters, name) for name in OnlineCounters.COUNTS]
     histograms = [histogram for _, histogram in counters.histograms()]
     slices = tuple(
         SliceFigures(
-            (name,), tuple(column[klass] for column in columns),
+            names[klass], tuple(column[klass] for column in columns),
             tuple(HistogramFigures(tuple(h.counts[klass]), h.sums[klass]) for h in histograms),
         )
-        for klass, name in enumerate(names)
+        for klass in range(len(names))
     )
     measures = [str(spec) for spec in judged.specs]
-    classes = [*enumerate(names), (OVERALL, ALL)]
+    # the overall offline figures: query_class "all", no dimension value (never "all" there)
+    overall = (ALL, *("" for _ in slices_of.dimensions))
+    classes = [*((k, names[k]) for k in range(len(names)) if canonical(k)), (OVERALL, overall)]
     empty = (0,) * (len(SCORE_BUCKETS) + 1)
     scores = tuple(
         ScoreFigures(
-            source, (name,), measure,
+            source, name, measure,
             HistogramFigures(
                 tuple(judged.histograms.get((source, klass, m), empty)),
                 judged.histogram_sums.get((source, klass, m), 0.0),
@@ -236,17 +249,19 @@ def export(pipeline: Pipeline) -> Export:
                     for length in judged.config.windows:
                         found = judged.time_mean(source, length, klass, m)
                         if found is not None:
-                            means.append(MeanFigures((name,), measure, source, float(length),
+                            means.append(MeanFigures(name, measure, source, float(length),
                                                      *found))
                 for last in judged.config.last_samples:
                     found = judged.samples_mean(last, klass, m)
                     if found is not None:
-                        means.append(MeanFigures((name,), measure, "sample", int(last), *found))
+                        means.append(MeanFigures(name, measure, "sample", int(last), *found))
         verdicts = []
         for (klass, m), v in sorted(judged.verdicts.items()):
+            if klass != OVERALL and not canonical(klass):
+                continue
             since = judged.flagged.get((klass, m)) if v.regression else None
             verdicts.append(VerdictFigures(
-                (ALL if klass == OVERALL else names[klass],), measures[m],
+                overall if klass == OVERALL else names[klass], measures[m],
                 v.comparison.shared, v.regression, v.comparison.delta,
                 v.comparison.p_permutation, v.comparison.p_t, v.sample_id, v.baseline_id,
                 since.sample_id if since is not None else None,
@@ -260,19 +275,19 @@ def export(pipeline: Pipeline) -> Export:
             )
             for a in judged.acceptances
         )
-        trends: dict[tuple[str, str], list[float]] = {}
+        trends: dict[tuple[Slice, str], list[float]] = {}
         for summary in judged.completed:
             for (klass, m), (total, count) in sorted(summary.cells.items()):
-                if count:
-                    name = ALL if klass == OVERALL else names[klass]
+                if count and (klass == OVERALL or canonical(klass)):
+                    name = overall if klass == OVERALL else names[klass]
                     trends.setdefault((name, measures[m]), []).append(total / count)
         offline = OfflineFigures(
             tuple(means), tuple(verdicts), judged.last_completed_time, acceptances,
-            tuple(TrendFigures((name,), measure, tuple(values))
+            tuple(TrendFigures(name, measure, tuple(values))
                   for (name, measure), values in trends.items()),
         )
     sessions = pipeline.sessions
-    return Export(
+    figures = Export(
         slices=slices, accepted=health.accepted,
         rejected={reason.value: count for reason, count in health.rejected.items()},
         ignored_actions=health.ignored_actions, judged_messages=health.judged_messages,
@@ -283,7 +298,11 @@ def export(pipeline: Pipeline) -> Export:
         scores=scores, skipped_scores=judged.skipped,
         open_sessions=sessions.open_count, newest=finite_or_none(sessions.newest),
         watermark=finite_or_none(sessions.watermark), offline=offline,
+        labels=slices_of.labels, folded_values=dict(health.folded_values),
     )
+    if len(set(names)) < len(names):  # aliases: added up under their labels
+        figures = combine([(figures, 1)], live=[figures], offline=figures)
+    return figures
 
 
 def combine(
@@ -298,7 +317,12 @@ def combine(
     rejected = dict.fromkeys((r.value for r in Reason), 0)
     accepted = ignored = judged = unmatched = skipped = orphans = reused = unplaced = 0
     merged = 0
+    folded: dict[str, int] = {}
+    labels = SLICE_LABELS
     for part, sign in counted:
+        labels = part.labels
+        for name, count in part.folded_values.items():
+            folded[name] = folded.get(name, 0) + sign * count
         for figures in part.slices:
             into = slices.get(figures.slice)
             if into is None:
@@ -356,6 +380,7 @@ def combine(
         ),
         skipped_scores=skipped, open_sessions=open_sessions, newest=newest,
         watermark=watermark, offline=offline.offline if offline is not None else None,
+        labels=labels, folded_values=folded,
     )
 
 

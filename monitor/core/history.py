@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from monitor.core.export import SLICE_LABELS, Export, Slice
+from monitor.core.export import Export, Slice
 from monitor.core.online import OnlineCounters
 from monitor.core.snapshots import Float, Int, require, same_lengths
 
@@ -182,8 +182,7 @@ class History:
         same_lengths("history", state.times, state.counts)
         slices = [tuple(s) for s in state.slices]
         require(len(set(slices)) == len(slices), "history: a slice twice")
-        require(all(len(s) == len(SLICE_LABELS) for s in slices), "history: slices not of "
-                "this version")
+        require(all(s for s in slices), "history: a slice without labels")
         history = History(slices)
         for time, rows in zip(state.times, state.counts, strict=True):
             require(len(rows) <= len(slices), "history: a sample of unknown slices")

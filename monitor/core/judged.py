@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -851,18 +851,18 @@ class Judged:
                 self.baselines.pop(cell, None)  # an accepted sample serves once, then previous
 
     def accept(
-        self, time: float, sample_id: str | None, query_class: str | None, klass: int | None,
-        measure: int | None, reason: str, by: str,
+        self, time: float, sample_id: str | None, query_class: str | None,
+        klasses: Collection[int] | None, measure: int | None, reason: str, by: str,
     ) -> Acceptance:
         """Make ``sample_id`` (None: the newest completed sample) the baseline of the cells
-        of ``query_class`` (its index ``klass``, None when the class is unknown; no class:
-        every class and the overall figures) and ``measure`` (None: every measure) that
+        of ``query_class`` (its slice indexes ``klasses``, None when the class is unknown; no
+        class: every slice and the overall figures) and ``measure`` (None: every measure) that
         have a verdict: an intended change, accepted. Their regressions end now. Samples
         that went quiet before ``time`` complete first, as before a judgment."""
         self.judgment_clock = max(self.judgment_clock, time)
         self.settle(self.judgment_clock)
         chosen = self._kept(sample_id)
-        known = query_class is None or klass is not None
+        known = query_class is None or klasses is not None
         accepted = Acceptance(
             time, chosen.sample_id if chosen is not None else (sample_id or ""), query_class,
             measure, reason, by, chosen is not None and known,
@@ -874,7 +874,8 @@ class Judged:
             return accepted
         cells = {
             (k, m) for k, m in self.verdicts
-            if (query_class is None or k == klass) and (measure is None or m == measure)
+            if (query_class is None or (klasses is not None and k in klasses))
+            and (measure is None or m == measure)
         }  # a cell with no verdict is judged by no sample yet: it holds no baseline
         for cell in cells:
             self.flagged.pop(cell, None)

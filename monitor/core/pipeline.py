@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from monitor.config import UNKNOWN as NOT_GIVEN
 from monitor.config import Config
-from monitor.core.classes import ALL, NEW, QueryClasses
+from monitor.core.classes import ALL, NEW, OTHER, QueryClasses
 from monitor.core.judged import OVERALL, Judged, JudgedState
 from monitor.core.online import (
     CLICK,
@@ -31,6 +32,7 @@ from monitor.core.online import (
     SessionsState,
 )
 from monitor.core.querylists import QueryLists, QueryListsState
+from monitor.core.slices import Slice, Slices, SlicesState
 from monitor.core.snapshots import Int, Layout, Migration, Stateful, require
 from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
@@ -74,12 +76,21 @@ def _health_2_to_3(document: Any) -> Any:
     return document
 
 
+def _health_3_to_4(document: Any) -> Any:
+    """Version 3 had no dimension: no value folded into ``other``."""
+    if isinstance(document, dict):
+        document["folded_values"] = {}
+    return document
+
+
 @dataclass
 class Health:
     """The daemon's own counters (``searchmon_*``), the data-quality ones among them."""
 
-    VERSION: ClassVar[int] = 3
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _health_1_to_2, 2: _health_2_to_3}
+    VERSION: ClassVar[int] = 4
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
+        1: _health_1_to_2, 2: _health_2_to_3, 3: _health_3_to_4,
+    }
     """A reason added since starts at 0 without one."""
 
     accepted: int = 0
@@ -91,6 +102,8 @@ class Health:
     impressions_without_position: int = 0
     merged_query_records: int = 0
     """UBI query records of a search already counted (same query id, session and text)."""
+    folded_values: dict[str, int] = field(default_factory=dict)
+    """Per dimension: queries whose value counted as ``other`` (outside the closed set)."""
 
     @property
     def events_read(self) -> int:
@@ -104,6 +117,7 @@ class Health:
             self.accepted, {reason.value: n for reason, n in self.rejected.items()},
             self.ignored_actions, self.judged_messages, self.reused_query_ids,
             self.impressions_without_position, self.merged_query_records,
+            dict(self.folded_values),
         )
 
     @classmethod
@@ -113,15 +127,15 @@ class Health:
         rejected.update({Reason(name): n for name, n in state.rejected.items()})
         return cls(state.accepted, rejected, state.ignored_actions, state.judged_messages,
                    state.reused_query_ids, state.impressions_without_position,
-                   state.merged_query_records)
+                   state.merged_query_records, dict(state.folded_values))
 
 
 @dataclass(frozen=True, slots=True)
 class LiveQuery:
-    """A live query forwarded to the pipeline holding the offline state (by class name: the
-    holder's class indexes are its own)."""
+    """A live query forwarded to the pipeline holding the offline state (by its slice's
+    label values: the holder's slice indexes are its own)."""
 
-    class_name: str
+    slice: Slice
     time: float
     text: str
     results: list[str]
@@ -141,14 +155,15 @@ class HealthState:
     reused_query_ids: Int
     impressions_without_position: Int
     merged_query_records: Int
+    folded_values: dict[str, Int]
 
 
 @dataclass(frozen=True)
 class PipelineState:
-    """A pipeline as plain data: the class names (the other parts refer to them by index),
-    the online counters, the open sessions, the daemon's own counters, the offline state."""
+    """A pipeline as plain data: the slices (the other parts refer to them by index), the
+    online counters, the open sessions, the daemon's own counters, the offline state."""
 
-    classes: list[str]
+    classes: SlicesState
     counters: CountersState
     sessions: SessionsState
     health: HealthState
@@ -164,12 +179,13 @@ class Pipeline:
     """Turns messages into online counters by query class."""
 
     PARTS: ClassVar[tuple[tuple[str, type[Stateful[Any]]], ...]] = (
-        ("classes", QueryClasses), ("counters", OnlineCounters), ("sessions", Sessions),
+        ("classes", Slices), ("counters", OnlineCounters), ("sessions", Sessions),
         ("health", Health), ("judged", Judged), ("queries", QueryLists),
     )
     """The stateful parts: the field of ``PipelineState`` each snapshot is kept in, and its
     class (``snapshot()``, ``restore(layout, snapshot)``, ``VERSION``, ``MIGRATIONS``). The
-    query classes come first: the others refer to them by index."""
+    slices (query classes and dimension values) come first: the others refer to them by
+    index."""
 
     def __init__(self, config: Config, decoders: DecoderChain | None = None) -> None:
         self.config = config
@@ -177,9 +193,12 @@ class Pipeline:
         """Bytes to events: the input formats of ``[input] formats``."""
         self._decode = self.decoders.read
         self._max_chars = config.input.max_query_chars
-        self.classes = QueryClasses.from_config(config.query_classes)
+        self.slices = Slices.from_config(
+            QueryClasses.from_config(config.query_classes), config.slices
+        )
+        self._dimensions = tuple(config.slices.dimensions)
         self.counters = OnlineCounters()
-        for _ in self.classes.names:
+        for _ in self.slices.names:
             self.counters.add_class()
         self.sessions = Sessions(config.sessions, self.counters)
         self.health = Health()
@@ -224,10 +243,19 @@ class Pipeline:
             time, event = decoded  # type: ignore[assignment, misc]  # a live event and its time
             if type(event) is QueryEvent:
                 declared = event.query_class
-                klass = self._class_index.get(declared) if declared is not None else None
-                if klass is None:  # NEW (a class joining the set) only once the query is accepted
-                    klass = self.classes.classify(
-                        declared, cut_text(event.query_text, self._max_chars), add=False
+                if self._plain:
+                    klass = self._class_index.get(declared) if declared is not None else None
+                elif declared is None:
+                    klass = None
+                else:
+                    attributes = event.attributes
+                    klass = self._slice_index.get((declared, *[
+                        attributes.get(name) or NOT_GIVEN for name in self._dimensions
+                    ]) if attributes else (declared, *self._unknown))
+                if klass is None:  # NEW (joining a set) only once the query is accepted
+                    klass = self.slices.locate(
+                        declared, cut_text(event.query_text, self._max_chars),
+                        event.attributes, time, self.sessions.watermark, add=False,
                     )
                 count = event.result_count
                 if count is not None:
@@ -298,8 +326,9 @@ class Pipeline:
                     reason = sessions.refuses(accepted)
                     if reason is not None:
                         return self._reject(reason, event)
-                    klass = self.classes.classify(
-                        event.query_class, cut_text(event.query_text, self._max_chars)
+                    klass = self.slices.locate(
+                        event.query_class, cut_text(event.query_text, self._max_chars),
+                        event.attributes, accepted[0], sessions.watermark,
                     )
                     self.grow()
                     accepted = (*accepted[:5], klass, accepted[6])
@@ -320,6 +349,10 @@ class Pipeline:
                 klass = accepted[5]
                 counters = self.counters
                 counters.queries[klass] += 1
+                if self._dimensions and OTHER in self.slices.names[klass]:
+                    folded = self.health.folded_values
+                    for name in self.slices.folded(klass, event.attributes):
+                        folded[name] = folded.get(name, 0) + 1
                 counters.result_impressions[klass] += len(event.result_ids)
                 zero = accepted[6] in (ZERO, UNKNOWN_ZERO)  # as ``read`` found it
                 if zero:
@@ -361,13 +394,17 @@ class Pipeline:
             if self.judged.active:
                 self._live_query(klass, time, text, results)
         elif self.forward_live:
-            self.forwarded.append(LiveQuery(self.classes.names[klass], time, text, results))
+            self.forwarded.append(LiveQuery(self.slices.names[klass], time, text, results))
 
     def _wire(self) -> None:
         """Connect the parts: the sessions count into the counters and hand served lists to
         the qrels join and finished queries to the lists; judged texts are redacted as the
         lists' keys."""
-        self._class_index = self.classes.index
+        slices = self.slices
+        self._class_index = slices.classes.index
+        self._slice_index = slices.index
+        self._plain = slices.plain
+        self._unknown = tuple(NOT_GIVEN for _ in self._dimensions)
         self.sessions.counters = self.counters
         self.sessions.served = self._join_live
         if self.lists is not None:
@@ -376,7 +413,7 @@ class Pipeline:
 
     def snapshot(self) -> PipelineState:
         return PipelineState(
-            self.classes.snapshot(), self.counters.snapshot(), self.sessions.snapshot(),
+            self.slices.snapshot(), self.counters.snapshot(), self.sessions.snapshot(),
             self.health.snapshot(), self.judged.snapshot(),
             self.lists.snapshot() if self.lists is not None else None,
             {name: part.VERSION for name, part in self.PARTS},
@@ -389,9 +426,9 @@ class Pipeline:
         parts do not fit together."""
         require(state.versions == {name: part.VERSION for name, part in cls.PARTS},
                 "pipeline state: parts of other versions (not migrated)")
-        layout = Layout(config, len(state.classes))
+        layout = Layout(config, len(state.classes.slices))
         pipeline = cls(config)
-        pipeline.classes = QueryClasses.restore(layout, state.classes)
+        pipeline.slices = Slices.restore(layout, state.classes)
         pipeline.counters = OnlineCounters.restore(layout, state.counters)
         pipeline.sessions = Sessions.restore(layout, state.sessions)
         pipeline.health = Health.restore(layout, state.health)
@@ -418,7 +455,7 @@ class Pipeline:
         for item in waiting:
             if isinstance(item, LiveQuery):
                 if holder is not None:
-                    klass = holder.classes.classify(item.class_name, item.text)
+                    klass = holder.slices.place(item.slice, item.time)
                     holder.grow()
                     holder._live_query(klass, item.time, item.text, item.results)
             else:
@@ -441,9 +478,11 @@ class Pipeline:
         if event["type"] == "baseline":
             name, measure = event.get("query_class"), event.get("measure")
             # a class it names is one the classes know (never one it would add)
-            klass = OVERALL if name == ALL else self._class_index.get(name) if name else None
+            klasses = [OVERALL] if name == ALL else (
+                self.slices.of_class(name) or None
+            ) if name else None
             accepted = judged.accept(
-                message.time, event.get("sample_id"), name, klass,
+                message.time, event.get("sample_id"), name, klasses,
                 judged.config.measures.index(measure) if measure is not None else None,
                 event["reason"], event["by"],
             )
@@ -461,7 +500,10 @@ class Pipeline:
             judged.store_qrels(event["query_text"], dict(event["labels"]))
         else:
             assert message.ranking is not None, "a judgment's ranking is checked on arrival"
-            klass = self.classes.classify(event.get("query_class"), event["query_text"])
+            klass = self.slices.locate(
+                event.get("query_class"), event["query_text"], message.attributes,
+                message.time, self.sessions.watermark,
+            )
             self.grow()
             judged.judgment(
                 event["sample_id"], message.time, klass, event["query_text"], message.ranking,
@@ -475,9 +517,18 @@ class Pipeline:
         self.judged.advance(time)
 
     def grow(self) -> None:
-        """Counters for every class known (classifying judged or joined queries may add some)."""
-        while len(self.counters.queries) < len(self.classes.names):
+        """Counters for every slice known (placing judged or joined queries may add some);
+        the figures of slices relabelled ``other`` count as folded."""
+        slices = self.slices
+        while len(self.counters.queries) < len(slices.names):
             self.counters.add_class()
+        if slices.evicted:
+            folded, queries = self.health.folded_values, self.counters.queries
+            for name, moved, sign in slices.evicted:
+                folded[name] = folded.get(name, 0) + sign * sum(queries[i] for i in moved)
+            slices.evicted.clear()
+        if self._plain and not slices.plain:
+            self._plain = False
 
     def _future(self, stamp: int | str) -> Rejection:
         ahead = self.config.sessions.max_future

@@ -64,6 +64,8 @@ NonNegativeInt = Annotated[int, Field(ge=0, lt=2**31)]
 NonNegative = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
 Finite = Annotated[float, Field(ge=-1e15, le=1e15, allow_inf_nan=False)]
 Labels = dict[str, NonNegativeInt]
+Attributes = dict[str, str]
+"""Values of the ``[slices]`` dimensions (and anything else: only those are read)."""
 
 
 class Query(TypedDict):
@@ -82,6 +84,7 @@ class Query(TypedDict):
     application: NotRequired[ReadOnly[str | None]]
     page: NotRequired[ReadOnly[NonNegativeInt | None]]
     results_known: NotRequired[ReadOnly[StrictBool]]
+    attributes: NotRequired[ReadOnly[Attributes | None]]
 
 
 class Click(TypedDict):
@@ -125,6 +128,7 @@ class Judgment(TypedDict):
     labels: ReadOnly[Labels]
     query_class: NotRequired[ReadOnly[str | None]]
     scores: NotRequired[ReadOnly[dict[str, Finite] | None]]
+    attributes: NotRequired[ReadOnly[Attributes | None]]
 
 
 class Qrels(TypedDict):
@@ -134,6 +138,7 @@ class Qrels(TypedDict):
     labels: ReadOnly[Labels]
     query_class: NotRequired[ReadOnly[str | None]]
     qrels_id: NotRequired[ReadOnly[str | None]]
+    attributes: NotRequired[ReadOnly[Attributes | None]]
 
 
 class Baseline(TypedDict):
@@ -180,6 +185,8 @@ class QueryEvent(msgspec.Struct, tag_field="type", tag="query", frozen=True, gc=
     page: _Count | None = None
     results_known: bool = True
     """False: the result list was not logged (not a zero-result query; no impressions)."""
+    attributes: dict[str, str] | None = None
+    """The query's dimension values (``[slices]``): the decoders add top-level fields."""
 
 
 class ClickEvent(msgspec.Struct, tag_field="type", tag="click", frozen=True, gc=False):
@@ -249,6 +256,8 @@ class JudgedMessage:
     time: float
     event: Judged
     ranking: list[str] | None
+    attributes: Attributes | None = None
+    """Its dimension values (``[slices]``), top-level fields and ``attributes`` merged."""
 
 
 Decoded = tuple[float, "Live"]

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import msgspec
 from pydantic import Field, TypeAdapter, ValidationError
 
 from monitor.config import Config
 from monitor.inputs.events import (
+    Attributes,
     Baseline,
     Decoded,
     Event,
@@ -87,6 +88,35 @@ def _rejection(error: ValidationError) -> Rejection:
     return Rejection(Reason.SCHEMA, detail)
 
 
+class Dimensions:
+    """The values of the ``[slices]`` dimensions a message gives: its top-level string
+    field of a dimension's name, else that key of its ``attributes`` object (the top-level
+    field wins). Messages that name no dimension are not read twice."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self._needles = [f'"{name}"'.encode() for name in names]
+        fields = [(f"d{i}", Any, None) for i in range(len(names))]
+        struct = msgspec.defstruct("Dimensions", fields, rename={
+            f"d{i}": name for i, name in enumerate(names)
+        })
+        self._decode = msgspec.json.Decoder(struct).decode
+
+    def merged(self, data: bytes, attributes: Attributes | None) -> Attributes | None:
+        if not any(needle in data for needle in self._needles):
+            return attributes
+        try:
+            top = self._decode(data)
+        except (msgspec.MsgspecError, UnicodeDecodeError):
+            return attributes
+        values = dict(attributes) if attributes else {}
+        for i, name in enumerate(self.names):
+            value = getattr(top, f"d{i}")
+            if isinstance(value, str) and value:
+                values[name] = value
+        return values
+
+
 class NativeDecoder:
     """Native events and judged messages, under the ``[input]`` timestamp policy and the
     ``[offline] max_labels`` bound."""
@@ -97,6 +127,9 @@ class NativeDecoder:
         self.max_labels = config.offline.max_labels
         self.max_chars = config.input.max_query_chars
         self.measures = config.offline.measures
+        self.dimensions = (
+            Dimensions(config.slices.dimensions) if config.slices.dimensions else None
+        )
 
     def decode(
         self, data: bytes, hint: str | None = None
@@ -107,10 +140,13 @@ class NativeDecoder:
             event: Native = decode_live(data)
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._validated(data)
-        if type(event) is QueryEvent and (not event.result_ids or not event.results_known):
-            contradiction = _unlisted(event, data)
-            if contradiction is not None:
-                return contradiction
+        if type(event) is QueryEvent:
+            if not event.result_ids or not event.results_known:
+                contradiction = _unlisted(event, data)
+                if contradiction is not None:
+                    return contradiction
+            if self.dimensions is not None:
+                event = self._with_dimensions(event, data)
         stamp = event.timestamp
         if type(stamp) is int:  # in range: msgspec checked it
             return stamp / 1000.0, event
@@ -125,14 +161,27 @@ class NativeDecoder:
         if decoded["type"] == "baseline":
             return self._baseline(decoded)
         if decoded["type"] == "judgment" or decoded["type"] == "qrels":
-            return self._judged(decoded)
+            judged = self._judged(decoded)
+            if self.dimensions is not None and type(judged) is JudgedMessage:
+                judged = JudgedMessage(judged.time, judged.event, judged.ranking,
+                                       self.dimensions.merged(data, decoded.get("attributes")))
+            return judged
         live = as_live(decoded)
         if type(live) is QueryEvent:
             contradiction = _unlisted(live, data)
             if contradiction is not None:
                 return contradiction
+            if self.dimensions is not None:
+                live = self._with_dimensions(live, data)
         time = self.timestamps.read(live.timestamp)
         return time if type(time) is Rejection else (time, live)
+
+    def _with_dimensions(self, event: QueryEvent, data: bytes) -> QueryEvent:
+        assert self.dimensions is not None
+        merged = self.dimensions.merged(data, event.attributes)
+        if merged is event.attributes:
+            return event
+        return msgspec.structs.replace(event, attributes=merged)
 
     def _judged(self, event: Judgment | Qrels) -> JudgedMessage | Rejection:
         time = self.timestamps.read(event["timestamp"])

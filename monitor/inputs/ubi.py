@@ -54,6 +54,7 @@ class UbiDecoder:
 
     def __init__(self, config: Config) -> None:
         self.read_ubi(config.ubi)
+        self.dimensions = config.slices.dimensions
 
     def read_ubi(self, config: UbiConfig) -> None:
         self.config = config
@@ -123,7 +124,22 @@ class UbiDecoder:
             client_id=client,
             application=_text(record, "application"),
             results_known=known,
+            attributes=self._attributes(record) if self.dimensions else None,
         )
+
+    def _attributes(self, record: dict[str, Any]) -> dict[str, str] | None:
+        """The query's dimension values: a top-level string field of the dimension's name,
+        else that key of its ``query_attributes`` (the top-level field wins)."""
+        given = record.get("query_attributes")
+        nested = given if isinstance(given, dict) else {}
+        values = {}
+        for name in self.dimensions:
+            value = record.get(name)
+            if not isinstance(value, str) or not value:
+                value = nested.get(name)
+            if isinstance(value, str) and value:
+                values[name] = value
+        return values or None
 
     def _event(self, record: dict[str, Any], data: bytes) -> Live | IgnoredAction:
         action = _text(record, "action_name", required=True)

@@ -21,12 +21,10 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from monitor import __version__
-from monitor.core.export import SLICE_LABELS, Export, HistogramFigures
+from monitor.core.export import Export, HistogramFigures
 from monitor.core.judged import SCORE_BUCKETS
 from monitor.core.online import COUNTERS, HISTOGRAMS, OnlineCounters
 from monitor.inputs.events import Reason
-
-CLASS_LABEL = "query_class"
 
 
 class ExportCollector(Collector):
@@ -49,7 +47,7 @@ class ExportCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         figures = self._export()
-        labels = list(SLICE_LABELS)
+        labels = list(figures.labels)
         for i, family in enumerate(COUNTERS):
             metric = CounterMetricFamily(family.name, family.help, labels=labels)
             for figure in figures.slices:
@@ -96,18 +94,17 @@ def window_label(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-OFFLINE_LABELS = [CLASS_LABEL, "measure", "source"]
-
-
 def _offline(figures: Export) -> Iterator[Metric]:
+    slice_labels = list(figures.labels)
+    offline_labels = [*slice_labels, "measure", "source"]
     score = HistogramMetricFamily(
-        "search_judged_score", "Per-query scores of judged queries.", labels=OFFLINE_LABELS
+        "search_judged_score", "Per-query scores of judged queries.", labels=offline_labels
     )
     for scores in figures.scores:
         _add_histogram(score, [*scores.slice, scores.measure, scores.source], SCORE_BUCKETS,
                        scores.histogram)
     yield score
-    window_labels = [*OFFLINE_LABELS, "window"]
+    window_labels = [*offline_labels, "window"]
     mean = GaugeMetricFamily(
         "search_judged_score_mean", "Rolling mean of judged-query scores (absent when the "
         "window is empty).", labels=window_labels,
@@ -120,29 +117,29 @@ def _offline(figures: Export) -> Iterator[Metric]:
         "search_judged_regression",
         "1 when the latest judged sample regressed against its baseline (drop > min_drop "
         "and randomization-test p < max_p_value), else 0; absent without a verdict.",
-        labels=[CLASS_LABEL, "measure"],
+        labels=[*slice_labels, "measure"],
     )
     delta = GaugeMetricFamily(
         "search_judged_delta", "Latest sample minus baseline: mean paired difference.",
-        labels=[CLASS_LABEL, "measure"],
+        labels=[*slice_labels, "measure"],
     )
     pvalue = GaugeMetricFamily(
         "search_judged_pvalue", "Two-sided p-value of the paired test of the latest sample "
-        "against its baseline.", labels=[CLASS_LABEL, "measure", "test"],
+        "against its baseline.", labels=[*slice_labels, "measure", "test"],
     )
     shared = GaugeMetricFamily(
         "search_judged_shared_queries", "Queries the latest sample shares with its baseline.",
-        labels=[CLASS_LABEL, "measure"],
+        labels=[*slice_labels, "measure"],
     )
     since = GaugeMetricFamily(
         "search_judged_regression_since_timestamp_seconds",
         "Event time of the sample a regression still flagged was first flagged at (present "
-        "while search_judged_regression is 1).", labels=[CLASS_LABEL, "measure"],
+        "while search_judged_regression is 1).", labels=[*slice_labels, "measure"],
     )
     samples = GaugeMetricFamily(
         "search_judged_regression_samples",
         "Samples in a row flagged as a regression, up to the latest (present while "
-        "search_judged_regression is 1).", labels=[CLASS_LABEL, "measure"],
+        "search_judged_regression is 1).", labels=[*slice_labels, "measure"],
     )
     offline = figures.offline
     if offline is not None:
@@ -218,8 +215,20 @@ def _health(figures: Export) -> Iterator[Metric]:
     )
     yield GaugeMetricFamily(
         "searchmon_query_classes", "Query classes in use, 'other' included.",
+        value=len({part.slice[0] for part in figures.slices}),
+    )
+    yield GaugeMetricFamily(
+        "searchmon_slices", "Slices in use (label sets of the online families).",
         value=len(figures.slices),
     )
+    folded = CounterMetricFamily(
+        "searchmon_slice_values_folded", "Queries whose value of a dimension counted as "
+        "other: outside its closed value set, or past [slices] max_series.",
+        labels=["dimension"],
+    )
+    for name in figures.labels[1:]:
+        folded.add_metric([name], figures.folded_values.get(name, 0))
+    yield folded
     if figures.newest is not None:
         yield GaugeMetricFamily(
             "searchmon_last_event_timestamp_seconds", "Event time of the newest accepted event.",

@@ -17,8 +17,8 @@ merged per window and class. States of several replicas merge into one (``merge_
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ from monitor.core.querylists import (
     public,
     window_name,
 )
+from monitor.core.slices import QUERY_CLASS, Slice
 from monitor.core.snapshots import Float, Int, require, same_lengths
 
 Report = dict[str, Any]
@@ -60,7 +61,8 @@ class WorsenedEntry:
     window: str | None
     sample_id: str | None
     baseline_id: str | None
-    query_class: str
+    slice: list[str]
+    """The label values of the slice (``all``: overall)."""
     measure: str
     rows: list[WorsenedRow]
 
@@ -68,12 +70,13 @@ class WorsenedEntry:
 @dataclass(frozen=True)
 class WindowTallies:
     """One window: the event time its buckets cover and the public tally of ``all`` and of
-    each class (only queries that may be shown, no session ids)."""
+    each slice (only queries that may be shown, no session ids)."""
 
     window: Float
     start: Float
     end: Float
-    classes: list[str]
+    slices: list[list[str]]
+    """The label values of each tally's slice (``all``: the overall one, no dimension)."""
     tallies: list[PublicTally]
 
 
@@ -90,6 +93,8 @@ class QueryState:
     newest: Float | None
     windows: list[WindowTallies]
     worsened: list[WorsenedEntry]
+    labels: list[str] = field(default_factory=lambda: [QUERY_CLASS])
+    """The label of each value of a slice."""
 
 
 STATE = TypeAdapter(QueryState)
@@ -99,9 +104,10 @@ STATE = TypeAdapter(QueryState)
 def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config: Config) -> (
     QueryState
 ):
-    """The lists of ``pipelines`` merged per window and class, and the worsened queries of
+    """The lists of ``pipelines`` merged per window and slice, and the worsened queries of
     ``offline`` (the pipeline holding the offline state, if any)."""
     settings = config.query_lists
+    none = tuple("" for _ in config.slices.dimensions)  # the overall slice: no dimension value
     newest = max((p.sessions.newest for p in pipelines), default=float("-inf"))
     windows = []
     if settings.enabled:
@@ -110,17 +116,18 @@ def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config:
             merged, span = window_states(pipelines, length, config)
             overall = merge_tallies(list(merged.values()), capacity, k)
             if span is not None and overall is not None:
-                classes = [(ALL, overall), *merged.items()]
+                slices = [((ALL, *none), overall), *merged.items()]
                 windows.append(WindowTallies(
-                    length, span[0], min(span[1], newest), [name for name, _ in classes],
-                    [public(tally, capacity, k) for _, tally in classes],
+                    length, span[0], min(span[1], newest), [list(name) for name, _ in slices],
+                    [public(tally, capacity, k) for _, tally in slices],
                 ))
     worsened = []
     if settings.enabled and offline is not None and offline.judged.active:
-        worsened = _worsened(offline.judged, offline.classes.names)
+        worsened = _worsened(offline.judged, offline.slices.names, none)
     return QueryState(
         settings.enabled, settings.capacity, settings.min_sessions, settings.top,
         settings.min_searches, newest if newest > float("-inf") else None, windows, worsened,
+        [QUERY_CLASS, *config.slices.dimensions],
     )
 
 
@@ -140,19 +147,19 @@ def report_of(state: QueryState) -> Report:
         return report
     report["as_of"] = _utc(state.newest) if state.newest is not None else None
     for window in state.windows:
-        for name, tally in zip(window.classes, window.tallies, strict=True):
+        for values, tally in zip(window.slices, window.tallies, strict=True):
             for list_name, rows in lists(tally, state.top, state.min_searches).items():
                 report["lists"].append({
                     "list": list_name, "window": window_name(window.window),
-                    "query_class": name, "from": _utc(window.start), "to": _utc(window.end),
-                    "rows": rows,
+                    **_labelled(state.labels, values), "from": _utc(window.start),
+                    "to": _utc(window.end), "rows": rows,
                 })
     report["worsened"] = [
         {
             "source": e.source, "window": e.window,
             **({"sample_id": e.sample_id, "baseline_id": e.baseline_id}
                if e.source == "sample" else {}),
-            "query_class": e.query_class, "measure": e.measure,
+            **_labelled(state.labels, e.slice), "measure": e.measure,
             "rows": [{"query": r.query, "before": r.before, "after": r.after,
                       "delta": r.delta} for r in e.rows],
         }
@@ -172,39 +179,44 @@ def merge_replicas(states: Sequence[QueryState]) -> QueryState:
         require((state.enabled, state.capacity, state.min_sessions) == (
             first.enabled, first.capacity, first.min_sessions
         ), "the replicas' [query_lists] settings differ")
+        require(state.labels == first.labels, "the replicas' [slices] dimensions differ")
         for window in state.windows:
-            same_lengths("query lists: a window", window.classes, window.tallies)
+            same_lengths("query lists: a window", window.slices, window.tallies)
+            require(all(len(v) == len(state.labels) for v in window.slices),
+                    "query lists: a slice not of the labels")
             for tally in window.tallies:  # read back from the network: checked whole
                 check_public(tally, state.capacity)
     newest = [s.newest for s in states if s.newest is not None]
     windows = []
     for length in sorted({w.window for s in states for w in s.windows}):
         parts = [w for s in states for w in s.windows if w.window == length]
-        by_class: dict[str, list[PublicTally]] = {}
+        by_slice: dict[tuple[str, ...], list[PublicTally]] = {}
         for part in parts:
-            for name, tally in zip(part.classes, part.tallies, strict=True):
-                by_class.setdefault(name, []).append(tally)
-        names = sorted(by_class, key=lambda name: (name != ALL, name))
+            for values, tally in zip(part.slices, part.tallies, strict=True):
+                by_slice.setdefault(tuple(values), []).append(tally)
+        names = sorted(by_slice, key=lambda name: (name[0] != ALL, name))
         windows.append(WindowTallies(
-            length, min(p.start for p in parts), max(p.end for p in parts), names,
-            [merge_public(by_class[name], first.capacity) for name in names],
+            length, min(p.start for p in parts), max(p.end for p in parts),
+            [list(name) for name in names],
+            [merge_public(by_slice[name], first.capacity) for name in names],
         ))
     worsened = next((s.worsened for s in states if s.worsened), [])
     return QueryState(first.enabled, first.capacity, first.min_sessions, first.top,
-                      first.min_searches, max(newest) if newest else None, windows, worsened)
+                      first.min_searches, max(newest) if newest else None, windows, worsened,
+                      first.labels)
 
 
 def window_states(
     pipelines: Sequence[Pipeline], length: float, config: Config
-) -> tuple[dict[str, TallyState], tuple[float, float] | None]:
-    """One window of ``pipelines``: the merged tally per class name, and the event time the
-    window covers (None: nothing in it)."""
+) -> tuple[dict[Slice, TallyState], tuple[float, float] | None]:
+    """One window of ``pipelines``: the merged tally per slice (label values), and the
+    event time the window covers (None: nothing in it)."""
     capacity, min_sessions = config.query_lists.capacity, config.query_lists.min_sessions
-    kept: list[tuple[int, str, Tally]] = []
+    kept: list[tuple[int, Slice, Tally]] = []
     for pipeline in pipelines:
         assert pipeline.lists is not None, "the lists are enabled"
         pipeline.lists.flush()
-        names = pipeline.classes.names
+        names = pipeline.slices.names
         for index, bucket in pipeline.lists.buckets[length].items():
             kept += [(index, names[klass], tally) for klass, tally in bucket.items()]
     if not kept:
@@ -212,11 +224,11 @@ def window_states(
     # one cutoff for every partition: a quiet one's old buckets are not in the window
     newest = max(index for index, _, _ in kept)
     kept = [entry for entry in kept if entry[0] >= newest - BUCKETS]
-    by_class: dict[str, list[TallyState]] = {}
+    by_slice: dict[Slice, list[TallyState]] = {}
     for _, name, tally in kept:
-        by_class.setdefault(name, []).append(tally.snapshot())
+        by_slice.setdefault(name, []).append(tally.snapshot())
     merged = {}
-    for name, states in sorted(by_class.items()):
+    for name, states in sorted(by_slice.items()):
         state = merge_tallies(states, capacity, min_sessions)
         if state is not None:
             merged[name] = state
@@ -224,7 +236,16 @@ def window_states(
     return merged, (min(index for index, _, _ in kept) * width, (newest + 1) * width)
 
 
-def _worsened(judged: Judged, names: Sequence[str]) -> list[WorsenedEntry]:
+def _labelled(labels: Sequence[str], values: Sequence[str]) -> dict[str, str]:
+    """A slice as the fields of a report entry: ``query_class``, and each dimension with a
+    value (the overall entry has none)."""
+    return {label: value for label, value in zip(labels, values, strict=True)
+            if value or label == QUERY_CLASS}
+
+
+def _worsened(
+    judged: Judged, names: Sequence[Slice], none: tuple[str, ...]
+) -> list[WorsenedEntry]:
     """The worsened queries the offline state kept (already redacted)."""
     measures = [str(spec) for spec in judged.specs]
 
@@ -235,7 +256,7 @@ def _worsened(judged: Judged, names: Sequence[str]) -> list[WorsenedEntry]:
         return [
             WorsenedEntry(
                 source, window, sample_id, baseline_id,
-                ALL if klass == OVERALL else names[klass], measures[m],
+                [ALL, *none] if klass == OVERALL else list(names[klass]), measures[m],
                 [WorsenedRow(key, before, after, after - before) for key, before, after in rows],
             )
             for (klass, m), rows in sorted(cells.items(), key=lambda c: (c[0][0] != OVERALL,
@@ -258,10 +279,11 @@ class FilterError(ValueError):
 
 def select(
     report: Report, query_class: str | None = None, window: str | None = None,
-    list_name: str | None = None,
+    list_name: str | None = None, values: Mapping[str, str] | None = None,
 ) -> Report:
     """``report`` with only the entries of ``query_class``, ``window`` (``1h``, ``24h``,
-    or any duration such as ``3600``) and ``list_name`` (one of ``LISTS`` or ``worsened``)."""
+    or any duration such as ``3600``), ``list_name`` (one of ``LISTS`` or ``worsened``)
+    and the dimension ``values`` (``{"platform": "ios"}``: the slices with that value)."""
     if list_name is not None and list_name not in (*LISTS, "worsened"):
         raise FilterError(f"list {list_name!r}: expected one of {', '.join(LISTS)}, worsened")
     seconds = None
@@ -273,6 +295,8 @@ def select(
 
     def keep(entry: dict[str, Any], kind: str) -> bool:
         if query_class is not None and entry["query_class"] != query_class:
+            return False
+        if values and any(entry.get(name) != value for name, value in values.items()):
             return False
         if seconds is not None and entry["window"] is not None and (
             parse_duration(entry["window"]) != seconds
@@ -328,6 +352,19 @@ def _escape(character: str) -> str:
     )
 
 
+ENTRY_FIELDS = frozenset({
+    "list", "window", "from", "to", "rows", "measure", "source", "sample_id", "baseline_id",
+    "query_class",
+})
+"""The fields of a report entry that are not dimensions of its slice."""
+
+
+def _where(entry: dict[str, Any]) -> str:
+    """An entry's slice for a terminal: its class, then ``dimension=value`` for each."""
+    dimensions = [f"{k}={v}" for k, v in entry.items() if k not in ENTRY_FIELDS]
+    return " ".join([str(entry["query_class"]), *dimensions])
+
+
 def format_lists(report: Report, rows: int) -> str:
     """The lists of ``report`` for a terminal: a title line per list, then aligned rows.
     Every text is ``printable``: query texts, class names and sample ids come from the
@@ -339,13 +376,13 @@ def format_lists(report: Report, rows: int) -> str:
         where = (f"sample {entry['sample_id']} against {entry['baseline_id']}"
                  if entry["source"] == "sample"
                  else f"live qrels join, last {entry['window']} against the one before")
-        out.append(f"{entry['measure']} worsened · {entry['query_class']} · {where}")
+        out.append(f"{entry['measure']} worsened · {_where(entry)} · {where}")
         out += _aligned([["query", "before", "after", "change"]] + [
             [r["query"], f"{r['before']:.3f}", f"{r['after']:.3f}", f"{r['delta']:+.3f}"]
             for r in entry["rows"][:rows]
         ])
     for entry in report.get("lists", []):
-        out.append(f"{TITLES[entry['list']]} · {entry['query_class']} · last {entry['window']}"
+        out.append(f"{TITLES[entry['list']]} · {_where(entry)} · last {entry['window']}"
                    f" ({entry['from']} to {entry['to']})")
         if entry["list"] == "low_ctr":
             table = [["query", "ctr", "searches", "clicked"]] + [

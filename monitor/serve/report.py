@@ -4,21 +4,26 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from monitor.core.classes import ALL
-from monitor.core.export import export
+from monitor.core.export import SliceFigures, export
 from monitor.core.judged import OVERALL
 from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.core.pipeline import Pipeline
+from monitor.core.slices import slice_key
 from monitor.serve.quality import data_quality
 from monitor.serve.queries import query_report
 
 
-def _online_entry(counters: OnlineCounters, classes: list[int]) -> dict[str, Any]:
+def _online_entry(parts: Iterable[SliceFigures]) -> dict[str, Any]:
+    """The counters added over ``parts``, and the ratios (``RATIOS``) of the sums."""
+    parts = list(parts)
     entry: dict[str, Any] = {
-        name: sum(getattr(counters, name)[c] for c in classes) for name in OnlineCounters.COUNTS
+        name: sum(part.counts[i] for part in parts)
+        for i, name in enumerate(OnlineCounters.COUNTS)
     }
     for r in RATIOS:
         entry[r.name] = ratio(r.name, entry.get)
@@ -26,19 +31,31 @@ def _online_entry(counters: OnlineCounters, classes: list[int]) -> dict[str, Any
 
 
 def report(pipeline: Pipeline) -> dict[str, Any]:
-    """The replay report: online and offline results overall and per class, rejections,
-    the query lists."""
-    names = pipeline.classes.names
-    online = {"all": _online_entry(pipeline.counters, list(range(len(names))))}
-    for klass, name in enumerate(names):
-        online[name] = _online_entry(pipeline.counters, [klass])
+    """The replay report: online and offline results overall and per slice (per class
+    without dimensions; with them, also per value of each dimension), rejections, the query
+    lists."""
+    figures = export(pipeline)
+    labels = figures.labels
+    online = {"all": _online_entry(figures.slices)}
+    for part in figures.slices:
+        online[slice_key(labels, part.slice)] = _online_entry([part])
     rejected = {r.value: n for r, n in pipeline.health.rejected.items() if n}
+    dimensions: dict[str, Any] = {}
+    if len(labels) > 1:
+        dimensions = {"dimensions": list(labels[1:]), "by_dimension": {
+            label: {
+                value: _online_entry(p for p in figures.slices if p.slice[at] == value)
+                for value in sorted({part.slice[at] for part in figures.slices})
+            }
+            for at, label in enumerate(labels) if at
+        }, "folded_values": dict(figures.folded_values)}
     return {
+        **dimensions,
         "online": online,
         "offline": _offline(pipeline),
         "regressions": _regressions(pipeline),
         "acceptances": _acceptances(pipeline),
-        "data_quality": data_quality(export(pipeline)),
+        "data_quality": data_quality(figures),
         "rejected": rejected,
         "unmatched_clicks": pipeline.sessions.unmatched_clicks,
         "ignored_actions": pipeline.health.ignored_actions,
@@ -50,11 +67,12 @@ def _offline(pipeline: Pipeline) -> dict[str, Any]:
     """All judged-sample queries replayed: their number and mean per measure, by class."""
     judged = pipeline.judged
     out: dict[str, Any] = {}
-    names = pipeline.classes.names
-    for klass, name in [(OVERALL, ALL), *enumerate(names)]:
+    slices = pipeline.slices
+    for klass in [OVERALL, *range(len(slices.names))]:
         count = judged.judged_queries.get(klass, 0)
-        if klass != OVERALL and count == 0:
+        if klass != OVERALL and (count == 0 or not slices.canonical(klass)):
             continue
+        name = ALL if klass == OVERALL else slices.key(klass)
         entry: dict[str, Any] = {"judged_queries": count}
         for m, spec in enumerate(judged.specs):
             total, n = judged.totals.get((klass, m), (0.0, 0))
@@ -66,10 +84,12 @@ def _offline(pipeline: Pipeline) -> dict[str, Any]:
 def _regressions(pipeline: Pipeline) -> dict[str, Any]:
     """The latest completed sample against its baseline, per class and measure."""
     judged = pipeline.judged
-    names = pipeline.classes.names
+    slices = pipeline.slices
     out: dict[str, dict[str, Any]] = {}
     for (klass, m), verdict in sorted(judged.verdicts.items()):
-        name = ALL if klass == OVERALL else names[klass]
+        if klass != OVERALL and not slices.canonical(klass):
+            continue
+        name = ALL if klass == OVERALL else slices.key(klass)
         comparison = verdict.comparison
         since = judged.flagged.get((klass, m)) if verdict.regression else None
         out.setdefault(name, {})[str(judged.specs[m])] = {

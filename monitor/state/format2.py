@@ -215,9 +215,10 @@ def _pipeline(record: Any, config: Config) -> Pipeline:
     """A pipeline rebuilt from a format-2 ``Pipeline`` record under ``config``."""
     pipeline = Pipeline(config)
     names = list(record["classes"]["names"])
-    for name in names[len(pipeline.classes.names):]:
-        pipeline.classes.add(name)
-    if pipeline.classes.names != names:
+    classes = pipeline.slices.classes
+    for name in names[len(classes.names):]:
+        pipeline.slices.add_class(name)
+    if classes.names != names:
         raise StateError("the query classes are not those of this configuration")
     counters, old = pipeline.counters, record["counters"]
     pipeline.grow()

@@ -93,7 +93,7 @@ def counts_of(pipelines: list[Pipeline]) -> dict[str, float]:
     want: dict[str, float] = {}
     for pipeline in pipelines:
         for name in OnlineCounters.COUNTS:
-            for klass, value in zip(pipeline.classes.names, getattr(pipeline.counters, name),
+            for klass, value in zip(pipeline.slices.classes.names, getattr(pipeline.counters, name),
                                     strict=True):
                 key = f'search_{name}_total{{query_class="{klass}"}}'
                 want[key] = want.get(key, 0.0) + value

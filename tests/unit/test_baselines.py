@@ -34,7 +34,7 @@ def stream(seed: int, regression: Regression | None) -> list[bytes]:
 
 def verdicts_of(pipeline: Pipeline) -> Flags:
     """The verdicts the newest completed sample got, by (class, measure)."""
-    judged, names = pipeline.judged, pipeline.classes.names
+    judged, names = pipeline.judged, pipeline.slices.classes.names
     newest = judged.previous.sample_id if judged.previous is not None else None
     return {
         ("all" if k == OVERALL else names[k], str(judged.specs[m])): v.regression
@@ -68,7 +68,7 @@ def test_a_lasting_regression_stays_flagged_at_every_sample_until_the_end() -> N
     assert navigational(found) == [None, True, True, True, True, True]
     for _, flags in found:
         assert {klass for (klass, _), flag in flags.items() if flag} <= {"navigational", "all"}
-    klass = pipeline.classes.index["navigational"]
+    klass = pipeline.slices.classes.index["navigational"]
     since = pipeline.judged.flagged[(klass, 0)]
     assert (since.sample_id, since.samples) == ("sample-2", 5)
     assert pipeline.judged.verdicts[(klass, 0)].baseline_id == "sample-1"
@@ -130,7 +130,7 @@ def test_an_accepted_baseline_ends_the_regression_and_becomes_the_comparison() -
     assert navigational(found)[-1] is True
     newest = pipeline.judged.previous
     assert newest is not None
-    klass = pipeline.classes.index["navigational"]
+    klass = pipeline.slices.classes.index["navigational"]
     at = newest.last + 60.0
     assert pipeline.feed(baseline_message(
         at, sample_id=newest.sample_id, query_class="navigational", measure="ndcg_cut_10",
@@ -203,7 +203,7 @@ def test_an_acceptance_under_a_pinned_baseline_pins_the_accepted_sample() -> Non
     assert pipeline.feed(baseline_message(newest.last + 60, query_class="navigational")) is None
     _, later = per_sample(lines[len(lines) * 3 // 5:], pipeline=pipeline)
     assert len(later) >= 2 and all(flag is False for flag in navigational(later))
-    klass = pipeline.classes.index["navigational"]
+    klass = pipeline.slices.classes.index["navigational"]
     assert pipeline.judged.verdicts[(klass, 0)].baseline_id == newest.sample_id
     assert pipeline.judged.verdicts[(OVERALL, 0)].baseline_id == "sample-1", "only that class"
 
@@ -255,12 +255,12 @@ def test_an_acceptance_of_an_unknown_class_changes_nothing_and_adds_no_class() -
     pipeline = Pipeline(Config())
     lines = stream(3, Regression("navigational", START + 2 * HOUR))
     per_sample(lines[: len(lines) * 3 // 5], pipeline=pipeline)
-    classes = list(pipeline.classes.names)
+    classes = list(pipeline.slices.classes.names)
     newest = pipeline.judged.previous
     assert newest is not None and pipeline.judged.flagged
     flagged = dict(pipeline.judged.flagged)
     assert pipeline.feed(baseline_message(newest.last + 1, query_class="navigatoinal")) is None
-    assert pipeline.classes.names == classes and pipeline.judged.flagged == flagged
+    assert pipeline.slices.classes.names == classes and pipeline.judged.flagged == flagged
     assert report(pipeline)["acceptances"][-1]["applied"] is False
     assert report(pipeline)["acceptances"][-1]["query_class"] == "navigatoinal"
 
@@ -271,7 +271,7 @@ def test_an_acceptance_holds_no_sample_for_a_cell_without_a_verdict() -> None:
     judged = offline()
     sample(judged, "s1", 0, good=True)
     sample(judged, "s2", 1000, good=False)
-    assert judged.accept(2000, "s1", "rare", 7, None, "reason", "bob").applied
+    assert judged.accept(2000, "s1", "rare", [7], None, "reason", "bob").applied
     assert not any(k == 7 for k, _ in judged.baselines)
     sample(judged, "s3", 3000, good=True)  # class 1 recovers: nothing holds s1 any more
     assert not judged.baselines and judged.snapshot().held == []

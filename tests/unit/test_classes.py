@@ -58,7 +58,7 @@ def test_configured_set_and_rules() -> None:
     ]
     for i, (declared, text, _) in enumerate(cases):
         pipeline.feed(query(f"e{i}", i, f"s{i}", f"q{i}", text=text, klass=declared))
-    names = pipeline.classes.names
+    names = pipeline.slices.classes.names
     counted = {names[c]: n for c, n in enumerate(pipeline.counters.queries) if n}
     assert counted == {"product": 1, "navigational": 2, "long_tail": 1, "other": 1}
     assert label_values(pipeline) == {"other", "navigational", "product", "long_tail", "all"}

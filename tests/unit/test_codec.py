@@ -396,7 +396,7 @@ def test_a_counter_added_to_the_catalogue_reads_0_from_state_written_before() ->
                   if k != "first_click_reciprocal_rank"}
     earlier = replace(state, counters=CountersState(counts, histograms))
     restored = Pipeline.restore(Config(), earlier)
-    classes = len(restored.classes.names)
+    classes = len(restored.slices.classes.names)
     assert restored.counters.reformulated_queries == [0] * classes
     assert restored.counters.first_click_reciprocal_rank.counts[0] == [0] * len(
         restored.counters.first_click_reciprocal_rank.counts[0])

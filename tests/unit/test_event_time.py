@@ -107,7 +107,7 @@ def test_a_session_has_the_class_of_its_first_query_in_event_time() -> None:
     assert online(pipeline, "B")["sessions"] == 0
     assert online(pipeline, "A")["reformulated_queries"] == 1
     assert online(pipeline, "B")["reformulated_queries"] == 0
-    assert pipeline.counters.queries_per_session.sums[pipeline.classes.index["A"]] == 2
+    assert pipeline.counters.queries_per_session.sums[pipeline.slices.classes.index["A"]] == 2
 
 
 def test_dwell_and_conversions_count_in_event_time() -> None:

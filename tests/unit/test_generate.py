@@ -57,7 +57,7 @@ def test_injected_regression_moves_only_its_class() -> None:
         pipeline.close()
         online = report(pipeline)["online"]
         ndcg = {name: pipeline.judged.samples_mean(1, k, 0)
-                for k, name in enumerate(pipeline.classes.names)}
+                for k, name in enumerate(pipeline.slices.classes.names)}
         return {name: {"ctr": online[name]["ctr"] or 0.0,
                        "ndcg": (ndcg[name] or (0.0, 0))[0]}
                 for name in online if name not in ("all", "other")}

@@ -151,7 +151,7 @@ def replay_generated(seed: int, regression: Regression | None) -> Pipeline:
 
 
 def flags(pipeline: Pipeline) -> dict[tuple[str, str], bool | None]:
-    names = pipeline.classes.names
+    names = pipeline.slices.classes.names
     judged = pipeline.judged
     return {
         ("all" if k == OVERALL else names[k], str(judged.specs[m])): v.regression
@@ -168,7 +168,7 @@ def test_an_injected_regression_flags_its_class_only() -> None:
         if klass not in ("navigational", "all"):
             assert flagged is False, (klass, measure)
     delta = pipeline.judged.verdicts
-    navigational = pipeline.classes.index["navigational"]
+    navigational = pipeline.slices.classes.index["navigational"]
     assert delta[(navigational, 0)].comparison.delta < -0.1
     assert delta[(navigational, 0)].baseline_id == "sample-2"
 

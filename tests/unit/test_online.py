@@ -217,7 +217,7 @@ def test_first_click_histograms() -> None:
         query("e1", 0, "s1", "q1"), click("e2", 4, "s1", "q1", position=2),
         click("e3", 9, "s1", "q1", position=1),
     )
-    travel = pipeline.classes.index["travel"]
+    travel = pipeline.slices.classes.index["travel"]
     counters = pipeline.counters
     assert counters.time_to_first_click.sums[travel] == pytest.approx(4.0)
     assert counters.first_click_reciprocal_rank.sums[travel] == pytest.approx(0.5)
@@ -240,7 +240,7 @@ def test_dedupe_memory_is_bounded_by_timeout_plus_lateness() -> None:
 
 def test_clicks_on_forgotten_or_unknown_queries_count_under_the_session_class() -> None:
     _, pipeline = run(query("e1", 0, "s1", "q1", klass="news"), click("e2", 3, "s1", "zz"))
-    news = pipeline.classes.index["news"]
+    news = pipeline.slices.classes.index["news"]
     assert pipeline.counters.clicks[news] == 1
     assert pipeline.counters.clicked_queries[news] == 0
     assert pipeline.sessions.unmatched_clicks == 1

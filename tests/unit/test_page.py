@@ -319,7 +319,7 @@ def test_a_replay_keeps_the_history_as_its_events_time_passes(tmp_path: Path) ->
     start, end = last.hour.start.time, last.hour.end.time
     assert HOUR <= end - start < HOUR + STEP
     stamped = sum(start < t <= end for t in stamps)
-    counted = last.hour.counts([(name,) for name in pipeline.classes.names])["queries"]
+    counted = last.hour.counts([(name,) for name in pipeline.slices.classes.names])["queries"]
     assert counted is not None and 0.9 * stamped <= counted <= stamped
 
 

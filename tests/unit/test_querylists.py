@@ -122,7 +122,7 @@ def test_top_searches_and_zero_result_lists_hold_the_exact_counts_within_their_b
         assert set(separated) <= reported, list_name
         assert len(separated) >= min(10, len(counts)), f"{list_name}: too little separated"
     for name in merged:  # and per class
-        for row in entry(report, "searches", name):
+        for row in entry(report, "searches", name[0]):
             assert row["count"] - row["error"] <= exact["searches"][row["query"]] <= row["count"]
 
 
@@ -265,7 +265,7 @@ def test_merged_bounds_hold_for_the_searches_where_a_query_is_shown_or_not_kept(
             lists.key(e["query_text"]) for e in events_of if seconds_of(e) >= span[0]
         ))
         (window,) = state.windows
-        listed = set(window.tallies[window.classes.index("all")].searches.keys)
+        listed = set(window.tallies[window.slices.index(["all"])].searches.keys)
         kept = set(overall.searches.counts.keys)
         counted.append({key for key in exact[-1] if key in listed or key not in kept})
         assert kept - listed, "some queries kept are hidden"

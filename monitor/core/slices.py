@@ -1,0 +1,327 @@
+"""Slices: a query's class and its values of the configured dimensions, as one index.
+
+Every part of a pipeline that keeps figures per slice (the online counters, the sessions,
+the judged state, the query lists) refers to a slice by its index here; ``names[index]`` is
+the slice's label values, ``query_class`` first, then each dimension of ``[slices]
+dimensions`` in order. Without dimensions a slice is its query class alone, and its index is
+the class's index.
+
+A dimension's value comes from the event (``attributes``; an event without it: ``unknown``).
+Each dimension has a closed set: its configured values, or else the first ``max_values``
+values in event time. A value seen after the set is full is ``other``; one whose first event
+is earlier than that of the newest member not yet behind the watermark takes that member's
+place, and the member's slices are relabelled ``other``. So within the allowed lateness the
+set is the same whatever the order of arrival. A slice whose label values another slice
+holds already (after a relabelling, or a dimension removed from the configuration) stays an
+alias of it: its figures are exported under the same labels, added up.
+
+The number of distinct slices is bounded by ``max_series``: past it, a new slice's dimension
+values fold into ``other`` (logged once), so label values stay bounded whatever the input.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from monitor.config import UNKNOWN, SlicesConfig
+from monitor.core.classes import NEW, OTHER, QueryClasses
+from monitor.core.snapshots import Float, Layout, Migration, require
+
+log = logging.getLogger(__name__)
+
+QUERY_CLASS = "query_class"
+Slice = tuple[str, ...]
+"""Label values of a slice: the query class, then the dimensions' values."""
+
+
+def slice_key(labels: tuple[str, ...], values: Slice) -> str:
+    """A slice in one string: its class without dimensions, else ``label=value`` pairs
+    joined by commas (``query_class=head,platform=ios``)."""
+    if len(values) == 1:
+        return values[0]
+    return ",".join(f"{label}={value}" for label, value in zip(labels, values, strict=True))
+
+
+class Dimension:
+    """One dimension's closed value set, and the first event time of each member."""
+
+    __slots__ = ("first", "fixed", "limit", "name")
+
+    def __init__(self, name: str, listed: list[str] | None, limit: int) -> None:
+        self.name = name
+        self.fixed = listed is not None
+        self.limit = len(listed) if listed is not None else limit
+        self.first: dict[str, float] = dict.fromkeys(listed or (), float("-inf"))
+
+    def newest_open(self, watermark: float) -> str | None:
+        """The member whose first event is the newest, while the watermark has not passed
+        it (an earlier value may still come); None: every member is settled."""
+        if self.fixed or not self.first:
+            return None
+        value = max(self.first, key=self.first.__getitem__)
+        return value if self.first[value] >= watermark else None
+
+
+def _classes_1_to_2(document: Any) -> Any:
+    """Version 1 held the class names alone: a slice per class, no dimension."""
+    if isinstance(document, list):
+        return {"classes": document, "dimensions": [], "values": [], "first": [],
+                "slices": [[name] for name in document]}
+    return document
+
+
+@dataclass(frozen=True)
+class SlicesState:
+    """The class names (``QueryClasses``), each dimension's members with their first event
+    time (null: configured), and the label values of each slice index."""
+
+    classes: list[str]
+    dimensions: list[str]
+    values: list[list[str]]
+    first: list[list[Float | None]]
+    slices: list[list[str]]
+
+
+@dataclass
+class Slices:
+    """Maps queries to slice indexes (``locate``); ``names[index]`` are its label values."""
+
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _classes_1_to_2}
+
+    config: SlicesConfig
+    classes: QueryClasses
+    dimensions: list[Dimension] = field(default_factory=list)
+    names: list[Slice] = field(default_factory=list)
+    index: dict[Slice, int] = field(default_factory=dict)
+    """Label values -> the index that holds them (an alias's values map to another)."""
+    evicted: list[tuple[str, list[int], int]] = field(default_factory=list)
+    """Members that lost their place (dimension, the slices relabelled, 1) or got it back
+    (-1), for the caller to count their queries as folded or not."""
+    _was: dict[int, dict[int, str]] = field(default_factory=dict)
+    """Per label position: the value each slice relabelled ``other`` had (in memory only:
+    a restart within the allowed lateness keeps the relabelling)."""
+    _budget_logged: bool = False
+
+    @classmethod
+    def from_config(cls, classes: QueryClasses, config: SlicesConfig) -> Slices:
+        slices = cls(config, classes, [
+            Dimension(name, config.values.get(name), config.max_values)
+            for name in config.dimensions
+        ])
+        for name in classes.names:
+            slices._add((name, *(UNKNOWN for _ in slices.dimensions)))
+        return slices
+
+    @property
+    def plain(self) -> bool:
+        """No dimension, and no alias: a slice's index is its class's."""
+        return not self.dimensions and len(self.names) == len(self.classes.names)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return (QUERY_CLASS, *(d.name for d in self.dimensions))
+
+    def locate(
+        self, query_class: str | None, text: str, attributes: Mapping[str, str] | None,
+        time: float, watermark: float, add: bool = True,
+    ) -> int:
+        """The slice index of a query with this declared class, text and attributes at
+        event ``time``; with ``add`` False, ``NEW`` where it would change the sets."""
+        known = len(self.classes.names)
+        klass = self.classes.classify(query_class, text, add)
+        if klass == NEW:
+            return NEW
+        if len(self.classes.names) > known:  # a class joined: its slice without values
+            self._add((self.classes.names[klass], *(UNKNOWN for _ in self.dimensions)))
+        if not self.dimensions:
+            return klass if self.plain else self.index[(self.classes.names[klass],)]
+        values = []
+        for dimension in self.dimensions:
+            value = self._value(dimension, attributes, time, watermark, add)
+            if value is None:
+                return NEW
+            values.append(value)
+        key = (self.classes.names[klass], *values)
+        found = self.index.get(key)
+        if found is not None:
+            return found
+        return self._add(key) if add else NEW
+
+    def _value(
+        self, dimension: Dimension, attributes: Mapping[str, str] | None, time: float,
+        watermark: float, add: bool,
+    ) -> str | None:
+        """The member ``attributes`` gives (``unknown``, ``other``), or None: it would join."""
+        raw = attributes.get(dimension.name) if attributes else None
+        if not raw or raw == UNKNOWN:
+            return UNKNOWN
+        first = dimension.first
+        seen = first.get(raw)
+        if seen is not None:
+            if add and time < seen and not dimension.fixed:
+                first[raw] = time
+            return raw
+        if dimension.fixed or raw == OTHER or raw == "all" or (
+            len(raw) > self.config.max_value_chars
+        ):
+            return OTHER
+        if len(first) < dimension.limit:
+            if add:
+                first[raw] = time
+                self._readmit(dimension, raw)
+            return raw if add else None
+        newest = dimension.newest_open(watermark)
+        if newest is None or first[newest] <= time:
+            return OTHER
+        if add:  # it came earlier: it takes the newest member's place
+            del first[newest]
+            first[raw] = time
+            self._relabel(dimension, newest)
+            self._readmit(dimension, raw)
+            return raw
+        return None
+
+    def _relabel(self, dimension: Dimension, value: str) -> None:
+        """Every slice with ``value`` of ``dimension`` becomes one with ``other`` (until
+        an earlier event of ``value`` makes it a member again: ``_readmit``)."""
+        at = 1 + self.dimensions.index(dimension)
+        moved = [i for i, name in enumerate(self.names) if name[at] == value]
+        was = self._was.setdefault(at, {})
+        for i in moved:
+            self._rename(i, (*self.names[i][:at], OTHER, *self.names[i][at + 1:]))
+            was[i] = value
+        self.evicted.append((dimension.name, moved, 1))
+        log.info("slices: %s %r is no longer among the first %d values in event time: its "
+                 "figures so far count as other", dimension.name, value, dimension.limit)
+
+    def _readmit(self, dimension: Dimension, value: str) -> None:
+        """The slices relabelled ``other`` when ``value`` lost its place get it back."""
+        at = 1 + self.dimensions.index(dimension)
+        was = self._was.get(at)
+        if not was:
+            return
+        back = [i for i, old in was.items() if old == value]
+        for i in back:
+            del was[i]
+            self._rename(i, (*self.names[i][:at], value, *self.names[i][at + 1:]))
+        if back:
+            self.evicted.append((dimension.name, back, -1))
+
+    def _rename(self, i: int, new: Slice) -> None:
+        """Slice ``i`` takes the label values ``new``; the index of its old values moves to
+        another slice holding them, if any."""
+        old = self.names[i]
+        self.names[i] = new
+        if self.index.get(old) == i:
+            alias = next((j for j, name in enumerate(self.names) if name == old), None)
+            if alias is None:
+                del self.index[old]
+            else:
+                self.index[old] = alias
+        self.index.setdefault(new, i)
+
+    def _add(self, key: Slice) -> int:
+        found = self.index.get(key)
+        if found is not None:
+            return found
+        if len(self.index) >= self.config.max_series and any(v != OTHER for v in key[1:]):
+            if not self._budget_logged:
+                self._budget_logged = True
+                log.warning("slices: %d slices reached ([slices] max_series): the dimension "
+                            "values of further slices count as other", self.config.max_series)
+            key = (key[0], *(OTHER for _ in key[1:]))
+            found = self.index.get(key)
+            if found is not None:
+                return found
+        self.index[key] = len(self.names)
+        self.names.append(key)
+        return self.index[key]
+
+    def add_class(self, name: str) -> int:
+        """The class ``name`` joins the set (the caller checks that it may), with its slice
+        of no dimension value; returns the slice's index."""
+        self.classes.add(name)
+        return self._add((name, *(UNKNOWN for _ in self.dimensions)))
+
+    def key(self, index: int) -> str:
+        """How a report names slice ``index``: its class alone without dimensions."""
+        return slice_key(self.labels, self.names[index])
+
+    def canonical(self, index: int) -> bool:
+        """Whether ``index`` holds its label values (else it is an alias of the one that
+        does: its offline figures are those of before its relabelling, not shown)."""
+        return self.index.get(self.names[index]) == index
+
+    def place(self, values: Slice, time: float) -> int:
+        """The index of the slice with these label values (another pipeline's), added here
+        the way a query with them would be."""
+        attributes = dict(zip(self.labels[1:], values[1:], strict=False))
+        return self.locate(values[0], "", attributes, time, float("inf"))
+
+    def folded(self, index: int, attributes: Mapping[str, str] | None) -> list[str]:
+        """The dimensions whose value a query of slice ``index`` gave that count as
+        ``other``."""
+        name = self.names[index]
+        return [
+            dimension.name for dimension, value in zip(self.dimensions, name[1:], strict=True)
+            if value == OTHER and attributes and attributes.get(dimension.name)
+            not in (None, "", OTHER, UNKNOWN)
+        ]
+
+    def of_class(self, name: str) -> list[int]:
+        """The slice indexes of the query class ``name``."""
+        return [i for i, values in enumerate(self.names) if values[0] == name]
+
+    def snapshot(self) -> SlicesState:
+        return SlicesState(
+            self.classes.snapshot(), [d.name for d in self.dimensions],
+            [list(d.first) for d in self.dimensions],
+            [[None if d.fixed else t for t in d.first.values()] for d in self.dimensions],
+            [list(name) for name in self.names],
+        )
+
+    @classmethod
+    def restore(cls, layout: Layout, state: SlicesState) -> Slices:
+        """The slices of ``state`` under ``layout``'s configuration: a dimension added since
+        reads ``unknown`` in every slice so far, one removed is dropped (slices that differed
+        by it alone become aliases), and a value now outside its set reads ``other``."""
+        config = layout.config
+        require(len(state.slices) == layout.classes, "slices: not as many as the state's")
+        classes = QueryClasses.restore(Layout(config, len(state.classes)), state.classes)
+        slices = cls(config.slices, classes, [
+            Dimension(name, config.slices.values.get(name), config.slices.max_values)
+            for name in config.slices.dimensions
+        ])
+        require(len(state.values) == len(state.first) == len(state.dimensions)
+                and all(len(v) == len(f) for v, f in zip(state.values, state.first,
+                                                          strict=True)),
+                "slices: dimension values and times of different lengths")
+        was = {name: i for i, name in enumerate(state.dimensions)}
+        for dimension in slices.dimensions:
+            at = was.get(dimension.name)
+            if at is None or dimension.fixed:
+                continue
+            for value, time in zip(state.values[at], state.first[at], strict=True):
+                if len(dimension.first) < dimension.limit and value:
+                    dimension.first[value] = float("-inf") if time is None else time
+        names = set(classes.names)
+        for values in state.slices:
+            require(len(values) == 1 + len(state.dimensions) and values[0] in names,
+                    "slices: a slice of an unknown class or of other dimensions")
+            key = [values[0]]
+            for dimension in slices.dimensions:
+                at = was.get(dimension.name)
+                value = values[1 + at] if at is not None else UNKNOWN
+                if value not in (UNKNOWN, OTHER) and value not in dimension.first:
+                    value = OTHER
+                key.append(value)
+            slices.index.setdefault(tuple(key), len(slices.names))
+            slices.names.append(tuple(key))
+        unknown = tuple(UNKNOWN for _ in slices.dimensions)
+        require(all((name, *unknown) in slices.index for name in classes.names),
+                "slices: a class without its slice")
+        return slices

@@ -1,0 +1,263 @@
+"""Slices: per-slice counts against an independent count, in order and shuffled within the
+allowed lateness; closed value sets, the series budget, and where the values come from."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.config import Config, ConfigError, SlicesConfig, load_config
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
+from monitor.serve.metrics import ExportCollector
+from monitor.serve.report import report
+from tests.support.events import click, query, stamp
+
+DIMENSIONS = ["platform", "locale"]
+PLATFORMS = ["ios", "android", "web", "tv", "car", "watch", "kiosk", "fridge"]
+LOCALES = ["en-US", "de-DE", "fr-FR"]
+LATENESS = 120.0
+
+
+def traffic(seed: int, sessions: int = 400) -> list[tuple[float, dict[str, Any], bytes]]:
+    """Sessions of one to three queries, some clicked, whose dimension values come as a
+    top-level field, in ``attributes``, both (the field wins) or not at all; every event
+    time distinct. Returns (time, what the query says, the line) per event."""
+    rng = random.Random(seed)
+    out: list[tuple[float, dict[str, Any], bytes]] = []
+    times = rng.sample(range(0, 40 * sessions), sessions)
+    for s, start in enumerate(times):
+        at = float(start) * 10 + 0.001 * s
+        platform = rng.choice([*PLATFORMS, None])
+        locale = rng.choice([*LOCALES, None])
+        fields: dict[str, Any] = {}
+        where = rng.randrange(3)
+        if platform is not None:
+            if where == 0:
+                fields["platform"] = platform
+            elif where == 1:
+                fields["attributes"] = {"platform": platform}
+            else:
+                fields["platform"] = platform
+                fields["attributes"] = {"platform": "wrong"}
+        if locale is not None:
+            fields.setdefault("attributes", {})["locale"] = locale
+        klass = rng.choice(["head", "tail"])
+        for q in range(rng.randint(1, 3)):
+            qid = f"s{s}q{q}"
+            at += rng.uniform(1, 30)
+            said = {"session": f"s{s}", "query": qid, "class": klass, "platform": platform,
+                    "locale": locale}
+            out.append((at, said, query(f"{qid}", at, f"s{s}", qid, klass=klass, **fields)))
+            if rng.random() < 0.4:
+                at += rng.uniform(1, 10)
+                out.append((at, {"click": qid}, click(f"c{qid}", at, f"s{s}", qid)))
+    out.sort(key=lambda event: event[0])
+    return out
+
+
+def expected(
+    events: list[tuple[float, dict[str, Any], bytes]], limit: int
+) -> dict[tuple[str, ...], Counter[str]]:
+    """Per slice, counted apart from the pipeline: each dimension's members are its first
+    ``limit`` values in event time; a query's slice is its class and values (``unknown``
+    when not given, ``other`` outside the set); a session's is its first query's."""
+    members: dict[str, list[str]] = {name: [] for name in DIMENSIONS}
+    for _, said, _ in events:
+        for name in DIMENSIONS:
+            value = said.get(name)
+            if value is not None and value not in members[name] and len(members[name]) < limit:
+                members[name].append(value)
+
+    def slice_of(said: dict[str, Any]) -> tuple[str, ...]:
+        values = [said["class"]]
+        for name in DIMENSIONS:
+            value = said[name]
+            values.append("unknown" if value is None else value if value in members[name]
+                          else "other")
+        return tuple(values)
+
+    counts: dict[tuple[str, ...], Counter[str]] = {}
+    of_query: dict[str, tuple[str, ...]] = {}
+    clicked: set[str] = set()
+    sessions: set[str] = set()
+    for _, said, _ in events:
+        if "click" in said:
+            counts[of_query[said["click"]]]["clicks"] += 1
+            if said["click"] not in clicked:
+                clicked.add(said["click"])
+                counts[of_query[said["click"]]]["clicked_queries"] += 1
+            continue
+        key = slice_of(said)
+        of_query[said["query"]] = key
+        counter = counts.setdefault(key, Counter())
+        counter["queries"] += 1
+        if said["session"] not in sessions:
+            sessions.add(said["session"])
+            counter["sessions"] += 1
+    return counts
+
+
+def counted(config: Config, lines: list[bytes]) -> dict[tuple[str, ...], Counter[str]]:
+    pipeline = Pipeline(config)
+    for data in lines:
+        assert pipeline.feed(data) is None
+    pipeline.close()
+    figures = export(pipeline)
+    assert figures.labels == ("query_class", *DIMENSIONS)
+    return {
+        part.slice: Counter({name: part.count(name) for name in
+                             ("queries", "clicks", "clicked_queries", "sessions")
+                             if part.count(name)})
+        for part in figures.slices if part.count("queries") or part.count("sessions")
+    }
+
+
+def shuffled_within_lateness(
+    events: list[tuple[float, dict[str, Any], bytes]], seed: int
+) -> list[bytes]:
+    """Arrival order: each event delayed by up to 100 s, less than the allowed lateness, so
+    that no event arrives behind the watermark."""
+    rng = random.Random(seed)
+    return [line for _, _, line in sorted(events, key=lambda e: e[0] + rng.uniform(0, 100))]
+
+
+@pytest.mark.parametrize("limit", [20, 5, 2])
+def test_per_slice_counts_equal_an_independent_count_in_order_and_shuffled(limit: int) -> None:
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS, max_values=limit))
+    events = traffic(seed=limit)
+    want = expected(events, limit)
+    assert counted(config, [line for _, _, line in events]) == want
+    for seed in range(3):
+        assert counted(config, shuffled_within_lateness(events, seed)) == want, seed
+
+
+def test_folded_queries_are_counted_per_dimension() -> None:
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS, max_values=2))
+    events = traffic(seed=9)
+    folded = {}
+    for name in DIMENSIONS:
+        given = [said[name] for _, said, _ in events if said.get(name)]
+        kept = set(list(dict.fromkeys(given))[:2])
+        folded[name] = sum(1 for value in given if value not in kept)
+    assert all(folded.values())
+    for lines in ([line for _, _, line in events], shuffled_within_lateness(events, 1)):
+        pipeline = Pipeline(config)
+        for data in lines:
+            pipeline.feed(data)
+        assert export(pipeline).folded_values == folded
+
+
+def test_configured_values_are_the_closed_set_and_the_rest_is_other() -> None:
+    config = Config(slices=SlicesConfig(dimensions=["platform"],
+                                        values={"platform": ["ios", "android"]}))
+    pipeline = Pipeline(config)
+    for i, platform in enumerate(["ios", "web", "android", "tv", "ios"]):
+        pipeline.feed(query(f"q{i}", i, f"s{i}", f"q{i}", platform=platform))
+    pipeline.feed(query("q9", 9, "s9", "q9"))
+    pipeline.close()
+    figures = export(pipeline)
+    queries = {p.slice: p.count("queries") for p in figures.slices if p.count("queries")}
+    assert queries == {("travel", "ios"): 2, ("travel", "android"): 1, ("travel", "other"): 2,
+                       ("travel", "unknown"): 1}
+    assert figures.folded_values == {"platform": 2}
+
+
+def test_the_series_budget_folds_new_slices_and_logs_once(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    config = Config(slices=SlicesConfig(dimensions=["platform", "locale"], max_values=50,
+                                        max_series=10))
+    pipeline = Pipeline(config)
+    with caplog.at_level(logging.WARNING):
+        for i in range(40):
+            pipeline.feed(query(f"q{i}", i, f"s{i}", f"q{i}", platform=f"p{i % 7}",
+                                locale=f"l{i % 5}"))
+    pipeline.close()
+    labels = {p.slice for p in export(pipeline).slices}
+    assert len(labels) <= 10 + len(pipeline.slices.classes.names)
+    assert ("travel", "other", "other") in labels
+    assert sum("max_series" in r.getMessage() for r in caplog.records) == 1
+    assert sum(p.count("queries") for p in export(pipeline).slices) == 40
+
+
+def test_label_values_stay_bounded_whatever_the_input_says() -> None:
+    config = Config(slices=SlicesConfig(dimensions=["platform"], max_values=3))
+    pipeline = Pipeline(config)
+    for i in range(1000):
+        pipeline.feed(query(f"q{i}", i * 200.0, f"s{i}", f"q{i}", platform=f"p{i}-" + "x" * i))
+    values = {p.slice[1] for p in export(pipeline).slices}
+    assert values <= {"p0-", "p1-x", "p2-xx", "other", "unknown"}
+
+
+def test_a_configuration_whose_value_lists_exceed_the_budget_is_refused(tmp_path: Any) -> None:
+    path = tmp_path / "searchmon.toml"
+    path.write_text('[slices]\ndimensions = ["platform", "locale"]\nmax_series = 5\n'
+                    '[slices.values]\nplatform = ["ios", "android", "web"]\n'
+                    'locale = ["de", "fr"]\n')
+    with pytest.raises(ConfigError, match="max_series"):
+        load_config(path)
+    for bad in ('dimensions = ["query_class"]', 'dimensions = ["a-b"]',
+                'dimensions = ["p", "p"]', 'dimensions = ["p"]\nvalues = {p = ["other"]}',
+                'dimensions = ["p"]\nvalues = {q = ["x"]}'):
+        path.write_text(f"[slices]\n{bad}\n")
+        with pytest.raises(ConfigError):
+            load_config(path)
+
+
+def test_every_online_and_offline_family_carries_the_dimensions() -> None:
+    config = Config(slices=SlicesConfig(dimensions=["platform"]))
+    pipeline = Pipeline(config)
+    pipeline.feed(query("q1", 0, "s1", "q1", platform="ios"))
+    pipeline.feed(json.dumps({
+        "type": "judgment", "sample_id": "A", "timestamp": stamp(1), "query_id": "j1",
+        "query_text": "cheap flights", "ranking": ["d0", "d1"], "labels": {"d0": 1},
+        "query_class": "travel", "platform": "ios",
+    }).encode())
+    pipeline.close()
+    registry = CollectorRegistry()
+    registry.register(ExportCollector(lambda: export(pipeline)))
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    sliced = [f for f in families if f.name.startswith("search_")
+              and f.name != "search_judged_last_sample_timestamp_seconds"]  # of no slice
+    assert sliced
+    for family in sliced:
+        for sample in family.samples:
+            assert "platform" in sample.labels, (family.name, sample.labels)
+            if sample.labels["query_class"] == "all":
+                assert sample.labels["platform"] == ""  # never an "all" value
+    scores = [s for f in families if f.name == "search_judged_score" for s in f.samples
+              if s.name == "search_judged_score_count" and s.value]
+    assert {(s.labels["query_class"], s.labels["platform"]) for s in scores} >= {
+        ("travel", "ios")
+    }
+
+
+def test_without_slices_every_output_keeps_its_shape() -> None:
+    pipeline = Pipeline(Config())
+    pipeline.feed(query("q1", 0, "s1", "q1", platform="ios"))
+    pipeline.close()
+    result = report(pipeline)
+    assert "dimensions" not in result and set(result["online"]) == {"all", "other", "travel"}
+    assert export(pipeline).labels == ("query_class",)
+
+
+def test_a_ubi_query_takes_its_values_from_its_record_and_query_attributes() -> None:
+    config = Config(slices=SlicesConfig(dimensions=["platform", "application"]))
+    pipeline = Pipeline(config)
+    record = {
+        "query_id": "u1", "client_id": "c1", "user_query": "laptop", "timestamp": stamp(0),
+        "application": "shop", "query_response_hit_ids": ["a", "b"],
+        "query_attributes": {"platform": "android", "application": "ignored"},
+    }
+    assert pipeline.feed(json.dumps(record).encode()) is None
+    pipeline.close()
+    (part,) = [p for p in export(pipeline).slices if p.count("queries")]
+    assert part.slice == ("other", "android", "shop")
