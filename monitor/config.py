@@ -33,6 +33,20 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
 
+def window_label(seconds: float) -> str:
+    """A window as people write it, the one label of a window everywhere (``/metrics``,
+    ``/queries``, the page): ``3600`` -> ``1h``, ``86400`` -> ``24h``, ``172800`` -> ``2d``,
+    ``604800`` -> ``7d``, ``90`` -> ``90s``. ``parse_duration`` reads it back."""
+    whole = int(seconds)
+    if whole == seconds:
+        if whole % 86400 == 0 and whole > 86400:
+            return f"{whole // 86400}d"
+        for unit, size in (("h", 3600), ("m", 60)):
+            if whole % size == 0:
+                return f"{whole // size}{unit}"
+    return f"{seconds:g}s"
+
+
 def parse_duration(value: Any) -> float:
     """Seconds from a number (seconds) or a string such as ``"30s"``, ``"5m"``, ``"7d"``."""
     if isinstance(value, bool):

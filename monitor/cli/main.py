@@ -178,6 +178,9 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
                         help="a replay --report json output ('-': standard input)")
     tp.add_argument("--class", dest="query_class", help="one query class (all: overall)")
     tp.add_argument("--window", help="one window (1h, 24h, ...)")
+    tp.add_argument("--slice", action="append", default=[], metavar="DIMENSION=VALUE",
+                    help="the slices with this value of a [slices] dimension (platform=ios); "
+                    "repeated: all must hold")
     tp.add_argument("--list", dest="list_name",
                     help="searches, zero_results, no_clicks, low_ctr or worsened")
     tp.add_argument("--rows", type=int, default=10, help="rows per list (default 10)")

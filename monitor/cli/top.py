@@ -28,7 +28,14 @@ def command(args: argparse.Namespace) -> int:
         select,
     )
 
-    filters = {"class": args.query_class, "window": args.window, "list": args.list_name}
+    values = {}
+    for pair in args.slice:
+        name, equals, value = pair.partition("=")
+        if not equals or not name or not value:
+            raise UsageError(f"--slice {pair!r}: expected DIMENSION=VALUE (platform=ios)")
+        values[name] = value
+    filters = {"class": args.query_class, "window": args.window, "list": args.list_name,
+               **values}
     if args.url is not None and len(args.url) == 1:
         asked = urlencode({k: v for k, v in filters.items() if v is not None})
         url = args.url[0]
@@ -49,7 +56,8 @@ def command(args: argparse.Namespace) -> int:
         else:
             unfiltered = _replay_queries(args.report)
         try:
-            report = select(unfiltered, filters["class"], filters["window"], filters["list"])
+            report = select(unfiltered, filters["class"], filters["window"], filters["list"],
+                            values)
         except FilterError as error:
             raise UsageError(str(error)) from None
     sys.stdout.write(format_lists(report, max(args.rows, 1)))

@@ -72,14 +72,6 @@ def settings_digest(config: QueryListsConfig) -> str:
     return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]
 
 
-def window_name(seconds: float) -> str:
-    """``3600`` -> ``1h``, ``86400`` -> ``24h``, ``604800`` -> ``7d``, ``90`` -> ``90s``."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0 and not (unit == "d" and seconds <= 3 * 86400):
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
 class Tally:
     """One class in one time bucket of one window."""
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib import metadata
+from typing import Any, Literal
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -21,50 +23,80 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from monitor import __version__
-from monitor.core.export import Export, HistogramFigures
+from monitor.config import window_label
+from monitor.core.export import (
+    SLICE_LABELS,
+    Export,
+    HistogramFigures,
+    MeanFigures,
+    VerdictFigures,
+)
 from monitor.core.judged import SCORE_BUCKETS
 from monitor.core.online import COUNTERS, HISTOGRAMS, OnlineCounters
 from monitor.inputs.events import Reason
 
 
-class ExportCollector(Collector):
-    """Renders an ``Export`` when Prometheus scrapes.
-
-    ``export`` returns the snapshot to expose: a live pipeline's (replay), or (the daemon) the
-    state as of the newest durable checkpoints. ``extra`` yields further families of the caller.
-    """
-
-    def __init__(
-        self,
-        export: Callable[[], Export],
-        extra: Callable[[], Iterable[Metric]] = lambda: (),
-    ) -> None:
-        self._export = export
-        self._extra = extra
-
-    def describe(self) -> Iterable[Metric]:
-        return ()
-
-    def collect(self) -> Iterator[Metric]:
-        figures = self._export()
-        labels = list(figures.labels)
-        for i, family in enumerate(COUNTERS):
-            metric = CounterMetricFamily(family.name, family.help, labels=labels)
-            for figure in figures.slices:
-                metric.add_metric(list(figure.slice), figure.counts[i])
-            yield metric
-        for i, family in enumerate(HISTOGRAMS):
-            histogram = HistogramMetricFamily(family.name, family.help, labels=labels)
-            bounds = BOUNDS[family.attribute]
-            for figure in figures.slices:
-                _add_histogram(histogram, list(figure.slice), bounds, figure.histograms[i])
-            yield histogram
-        yield from _offline(figures)
-        yield from _health(figures)
-        yield from self._extra()
+def _version_of(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "none"
 
 
-BOUNDS = {name: histogram.bounds for name, histogram in OnlineCounters().histograms()}
+BUILD = {
+    "version": __version__,
+    "python": platform.python_version(),
+    "kafka_python": _version_of("kafka-python"),
+}
+"""The labels of ``searchmon_build_info``."""
+
+
+SLICE = "<slice>"
+"""In a family's labels: the labels of a slice (``query_class``, then each dimension)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One exported family: its name (counters without ``_total``), type, help, labels,
+    unit, and how its samples are read from an ``Export``: label values and a value (a
+    ``HistogramFigures`` for a histogram, a label dict for info). ``optional``: the family
+    is left out while it has no sample (a time not known yet)."""
+
+    name: str
+    kind: Literal["counter", "gauge", "histogram", "info"]
+    help: str
+    read: Callable[[Export], Iterable[tuple[Sequence[str], Any]]]
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+    bounds: tuple[float, ...] = ()
+    optional: bool = False
+
+    def label_names(self, figures: Export | None) -> list[str]:
+        slice_labels = figures.labels if figures is not None else SLICE_LABELS
+        return [name for label in self.labels
+                for name in (slice_labels if label == SLICE else (label,))]
+
+    def empty(self, figures: Export | None = None) -> Metric:
+        labels = self.label_names(figures)
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name, self.help, labels=labels, unit=self.unit)
+        if self.kind == "gauge":
+            return GaugeMetricFamily(self.name, self.help, labels=labels, unit=self.unit)
+        if self.kind == "histogram":
+            return HistogramMetricFamily(self.name, self.help, labels=labels, unit=self.unit)
+        return InfoMetricFamily(self.name, self.help, labels=labels)
+
+    def metric(self, figures: Export) -> Metric | None:
+        """The family with its samples (None: ``optional`` and none)."""
+        metric = self.empty(figures)
+        added = False
+        for labels, value in self.read(figures):
+            added = True
+            if isinstance(metric, HistogramMetricFamily):
+                _add_histogram(metric, list(labels), self.bounds, value)
+            else:
+                metric.add_metric(list(labels), value)  # type: ignore[attr-defined]
+        return None if self.optional and not added else metric
 
 
 def _add_histogram(
@@ -82,184 +114,192 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def window_label(seconds: float) -> str:
-    """``3600`` -> ``1h``, ``86400`` -> ``24h``, ``604800`` -> ``7d``: as people write them."""
-    whole = int(seconds)
-    if whole == seconds:
-        if whole % 86400 == 0 and whole > 86400:
-            return f"{whole // 86400}d"
-        for unit, size in (("h", 3600), ("m", 60)):
-            if whole % size == 0:
-                return f"{whole // size}{unit}"
-    return f"{seconds:g}s"
+def _one(value: Callable[[Export], float | None]) -> Callable[
+    [Export], Iterable[tuple[Sequence[str], Any]]
+]:
+    """A family of one sample without labels (none while ``value`` is None)."""
+    def read(figures: Export) -> Iterable[tuple[Sequence[str], Any]]:
+        found = value(figures)
+        return [] if found is None else [((), found)]
+    return read
 
 
-def _offline(figures: Export) -> Iterator[Metric]:
-    slice_labels = list(figures.labels)
-    offline_labels = [*slice_labels, "measure", "source"]
-    score = HistogramMetricFamily(
-        "search_judged_score", "Per-query scores of judged queries.", labels=offline_labels
-    )
-    for scores in figures.scores:
-        _add_histogram(score, [*scores.slice, scores.measure, scores.source], SCORE_BUCKETS,
-                       scores.histogram)
-    yield score
-    window_labels = [*offline_labels, "window"]
-    mean = GaugeMetricFamily(
-        "search_judged_score_mean", "Rolling mean of judged-query scores (absent when the "
-        "window is empty).", labels=window_labels,
-    )
-    queries = GaugeMetricFamily(
-        "search_judged_queries", "Judged queries behind search_judged_score_mean.",
-        labels=window_labels,
-    )
-    regression = GaugeMetricFamily(
-        "search_judged_regression",
-        "1 when the latest judged sample regressed against its baseline (drop > min_drop "
-        "and randomization-test p < max_p_value), else 0; absent without a verdict.",
-        labels=[*slice_labels, "measure"],
-    )
-    delta = GaugeMetricFamily(
-        "search_judged_delta", "Latest sample minus baseline: mean paired difference.",
-        labels=[*slice_labels, "measure"],
-    )
-    pvalue = GaugeMetricFamily(
-        "search_judged_pvalue", "Two-sided p-value of the paired test of the latest sample "
-        "against its baseline.", labels=[*slice_labels, "measure", "test"],
-    )
-    shared = GaugeMetricFamily(
-        "search_judged_shared_queries", "Queries the latest sample shares with its baseline.",
-        labels=[*slice_labels, "measure"],
-    )
-    since = GaugeMetricFamily(
-        "search_judged_regression_since_timestamp_seconds",
-        "Event time of the sample a regression still flagged was first flagged at (present "
-        "while search_judged_regression is 1).", labels=[*slice_labels, "measure"],
-    )
-    samples = GaugeMetricFamily(
-        "search_judged_regression_samples",
-        "Samples in a row flagged as a regression, up to the latest (present while "
-        "search_judged_regression is 1).", labels=[*slice_labels, "measure"],
-    )
-    offline = figures.offline
-    if offline is not None:
-        for entry in offline.means:
-            window = (
-                f"last_{entry.window}_samples" if isinstance(entry.window, int)
-                else window_label(entry.window)
-            )
-            labels = [*entry.slice, entry.measure, entry.source, window]
-            mean.add_metric(labels, entry.mean)
-            queries.add_metric(labels, entry.queries)
-        for verdict in offline.verdicts:
-            labels = [*verdict.slice, verdict.measure]
-            shared.add_metric(labels, verdict.shared)
-            if verdict.regression is not None:
-                regression.add_metric(labels, 1.0 if verdict.regression else 0.0)
-                delta.add_metric(labels, verdict.delta)
-                pvalue.add_metric([*labels, "permutation"], verdict.p_permutation)
-                pvalue.add_metric([*labels, "t"], verdict.p_t)
-            if verdict.regression and verdict.since_time is not None:
-                since.add_metric(labels, verdict.since_time)
-                samples.add_metric(labels, verdict.flagged_samples)
-    yield from (mean, queries, regression, delta, pvalue, shared, since, samples)
-    if offline is not None and offline.last_sample_time is not None:
-        yield GaugeMetricFamily(
-            "search_judged_last_sample_timestamp_seconds",
-            "Event time of the newest message of the newest completed judged sample.",
-            value=offline.last_sample_time,
-        )
-    yield CounterMetricFamily(
-        "searchmon_judged_scores_skipped",
-        "Judged-query scores left out because the measure skips queries without relevant "
-        "documents (no_rel=skip).", value=figures.skipped_scores,
-    )
+def _online(i: int, histogram: bool) -> Callable[[Export], Iterable[tuple[Sequence[str], Any]]]:
+    def read(figures: Export) -> Iterable[tuple[Sequence[str], Any]]:
+        if histogram:
+            return ((part.slice, part.histograms[i]) for part in figures.slices)
+        return ((part.slice, part.counts[i]) for part in figures.slices)
+    return read
 
 
-def _health(figures: Export) -> Iterator[Metric]:
-    yield CounterMetricFamily(
-        "searchmon_events_read", "Messages read from every source.", value=figures.events_read
-    )
-    rejected = CounterMetricFamily(
-        "searchmon_events_rejected", "Messages rejected, by reason.", labels=["reason"]
-    )
-    for reason, count in figures.rejected.items():
-        rejected.add_metric([reason], count)
-    yield rejected
-    simple = [
-        ("searchmon_events_accepted", "Search-log events accepted into sessions.",
-         figures.accepted),
-        ("searchmon_late_events", "Events behind the watermark for a closed session "
-         "(also rejected with reason too_late).", figures.rejected.get(Reason.TOO_LATE, 0)),
-        ("searchmon_duplicate_events", "Events whose event_id was seen before "
-         "(also rejected with reason duplicate).", figures.rejected.get(Reason.DUPLICATE, 0)),
-        ("searchmon_ignored_actions", "Valid UBI events with an action that is not measured.",
-         figures.ignored_actions),
-        ("searchmon_unmatched_clicks", "Clicks whose query_id is not among their session's "
-         "recent queries (counted under the session's class).", figures.unmatched_clicks),
-        ("searchmon_unmatched_events", "Clicks, impressions and conversions whose query never "
-         "came to their session (data quality).", figures.unmatched_events),
-        ("searchmon_reused_query_ids", "Queries whose query_id came before with another "
-         "session or text (data quality).", figures.reused_query_ids),
-        ("searchmon_impressions_without_position", "Impressions that carry no position "
-         "(data quality: they rebuild no served list).", figures.impressions_without_position),
-        ("searchmon_merged_query_records", "UBI query records merged into a search counted "
-         "already (same query_id, session and text).", figures.merged_query_records),
-        ("searchmon_judged_messages", "judgment and qrels messages received.",
-         figures.judged_messages),
-    ]
-    for name, text, value in simple:
-        yield CounterMetricFamily(name, text, value=value)
-    yield GaugeMetricFamily(
-        "searchmon_open_sessions", "Sessions currently open.", value=figures.open_sessions
-    )
-    yield GaugeMetricFamily(
-        "searchmon_query_classes", "Query classes in use, 'other' included.",
-        value=len({part.slice[0] for part in figures.slices}),
-    )
-    yield GaugeMetricFamily(
-        "searchmon_slices", "Slices in use (label sets of the online families).",
-        value=len(figures.slices),
-    )
-    folded = CounterMetricFamily(
-        "searchmon_slice_values_folded", "Queries whose value of a dimension counted as "
-        "other: outside its closed value set, or past [slices] max_series.",
-        labels=["dimension"],
-    )
-    for name in figures.labels[1:]:
-        folded.add_metric([name], figures.folded_values.get(name, 0))
-    yield folded
-    if figures.newest is not None:
-        yield GaugeMetricFamily(
-            "searchmon_last_event_timestamp_seconds", "Event time of the newest accepted event.",
-            value=figures.newest,
-        )
-    if figures.watermark is not None:
-        yield GaugeMetricFamily(
-            "searchmon_watermark_timestamp_seconds",
-            "Event time up to which sessions are closed (newest event time - allowed lateness).",
-            value=figures.watermark,
-        )
-    info = InfoMetricFamily(
-        "searchmon_build", "Versions of the running searchmon, its Python and kafka-python."
-    )
-    info.add_metric([], BUILD)
-    yield info
+def _unit(name: str) -> str:
+    return "seconds" if name.endswith("_seconds") else ""
 
 
-def _version_of(distribution: str) -> str:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "none"
+def _means(pick: Callable[[MeanFigures], float]) -> Callable[
+    [Export], Iterable[tuple[Sequence[str], Any]]
+]:
+    def read(figures: Export) -> Iterable[tuple[Sequence[str], Any]]:
+        offline = figures.offline
+        for entry in offline.means if offline is not None else ():
+            window = (f"last_{entry.window}_samples" if isinstance(entry.window, int)
+                      else window_label(entry.window))
+            yield (*entry.slice, entry.measure, entry.source, window), pick(entry)
+    return read
 
 
-BUILD = {
-    "version": __version__,
-    "python": platform.python_version(),
-    "kafka_python": _version_of("kafka-python"),
-}
-"""The labels of ``searchmon_build_info``."""
+def _verdicts(
+    pick: Callable[[VerdictFigures], Iterable[tuple[Sequence[str], float]]]
+) -> Callable[[Export], Iterable[tuple[Sequence[str], Any]]]:
+    def read(figures: Export) -> Iterable[tuple[Sequence[str], Any]]:
+        offline = figures.offline
+        for verdict in offline.verdicts if offline is not None else ():
+            for extra, value in pick(verdict):
+                yield (*verdict.slice, verdict.measure, *extra), value
+    return read
+
+
+def _judged(verdict: VerdictFigures, value: float) -> list[tuple[Sequence[str], float]]:
+    """A sample of a verdict's family, present while the verdict has one."""
+    return [((), value)] if verdict.regression is not None else []
+
+
+def _flagged(verdict: VerdictFigures, value: float) -> list[tuple[Sequence[str], float]]:
+    """A sample present while the verdict flags a regression."""
+    return [((), value)] if verdict.regression and verdict.since_time is not None else []
+
+
+def _counter(name: str, help: str, value: Callable[[Export], int]) -> Family:
+    return Family(name, "counter", help, _one(value))
+
+
+CATALOGUE: tuple[Family, ...] = (
+    *(Family(family.name, "counter", family.help, _online(i, False), (SLICE,))
+      for i, family in enumerate(COUNTERS)),
+    *(Family(family.name, "histogram", family.help, _online(i, True), (SLICE,),
+             _unit(family.name), getattr(OnlineCounters(), family.attribute).bounds)
+      for i, family in enumerate(HISTOGRAMS)),
+    Family("search_judged_score", "histogram", "Per-query scores of judged queries.",
+           lambda figures: (((*s.slice, s.measure, s.source), s.histogram)
+                            for s in figures.scores),
+           (SLICE, "measure", "source"), bounds=SCORE_BUCKETS),
+    Family("search_judged_score_mean", "gauge", "Rolling mean of judged-query scores (absent "
+           "when the window is empty).", _means(lambda m: m.mean),
+           (SLICE, "measure", "source", "window")),
+    Family("search_judged_queries", "gauge", "Judged queries behind search_judged_score_mean.",
+           _means(lambda m: m.queries), (SLICE, "measure", "source", "window")),
+    Family("search_judged_regression", "gauge",
+           "1 when the latest judged sample regressed against its baseline (drop > min_drop "
+           "and randomization-test p < max_p_value), else 0; absent without a verdict.",
+           _verdicts(lambda v: _judged(v, 1.0 if v.regression else 0.0)), (SLICE, "measure")),
+    Family("search_judged_delta", "gauge",
+           "Latest sample minus baseline: mean paired difference.",
+           _verdicts(lambda v: _judged(v, v.delta)), (SLICE, "measure")),
+    Family("search_judged_pvalue", "gauge", "Two-sided p-value of the paired test of the "
+           "latest sample against its baseline.", _verdicts(
+               lambda v: [(("permutation",), v.p_permutation), (("t",), v.p_t)]
+               if v.regression is not None else []
+           ), (SLICE, "measure", "test")),
+    Family("search_judged_shared_queries", "gauge",
+           "Queries the latest sample shares with its baseline.",
+           _verdicts(lambda v: [((), v.shared)]), (SLICE, "measure")),
+    Family("search_judged_regression_since_timestamp_seconds", "gauge",
+           "Event time of the sample a regression still flagged was first flagged at (present "
+           "while search_judged_regression is 1).",
+           _verdicts(lambda v: _flagged(v, v.since_time or 0.0)), (SLICE, "measure"),
+           "seconds"),
+    Family("search_judged_regression_samples", "gauge",
+           "Samples in a row flagged as a regression, up to the latest (present while "
+           "search_judged_regression is 1).",
+           _verdicts(lambda v: _flagged(v, v.flagged_samples)), (SLICE, "measure")),
+    Family("search_judged_last_sample_timestamp_seconds", "gauge",
+           "Event time of the newest message of the newest completed judged sample.",
+           _one(lambda f: f.offline.last_sample_time if f.offline is not None else None),
+           unit="seconds", optional=True),
+    _counter("searchmon_judged_scores_skipped",
+             "Judged-query scores left out because the measure skips queries without relevant "
+             "documents (no_rel=skip).", lambda f: f.skipped_scores),
+    _counter("searchmon_events_read", "Messages read from every source.",
+             lambda f: f.events_read),
+    Family("searchmon_events_rejected", "counter", "Messages rejected, by reason.",
+           lambda f: (((reason,), count) for reason, count in f.rejected.items()), ("reason",)),
+    _counter("searchmon_events_accepted", "Search-log events accepted into sessions.",
+             lambda f: f.accepted),
+    _counter("searchmon_late_events", "Events behind the watermark for a closed session "
+             "(also rejected with reason too_late).",
+             lambda f: f.rejected.get(Reason.TOO_LATE, 0)),
+    _counter("searchmon_duplicate_events", "Events whose event_id was seen before "
+             "(also rejected with reason duplicate).",
+             lambda f: f.rejected.get(Reason.DUPLICATE, 0)),
+    _counter("searchmon_ignored_actions", "Valid UBI events with an action that is not "
+             "measured.", lambda f: f.ignored_actions),
+    _counter("searchmon_unmatched_clicks", "Clicks whose query_id is not among their "
+             "session's recent queries (counted under the session's class).",
+             lambda f: f.unmatched_clicks),
+    _counter("searchmon_unmatched_events", "Clicks, impressions and conversions whose query "
+             "never came to their session (data quality).", lambda f: f.unmatched_events),
+    _counter("searchmon_reused_query_ids", "Queries whose query_id came before with another "
+             "session or text (data quality).", lambda f: f.reused_query_ids),
+    _counter("searchmon_impressions_without_position", "Impressions that carry no position "
+             "(data quality: they rebuild no served list).",
+             lambda f: f.impressions_without_position),
+    _counter("searchmon_merged_query_records", "UBI query records merged into a search "
+             "counted already (same query_id, session and text).",
+             lambda f: f.merged_query_records),
+    _counter("searchmon_judged_messages", "judgment and qrels messages received.",
+             lambda f: f.judged_messages),
+    Family("searchmon_open_sessions", "gauge", "Sessions currently open.",
+           _one(lambda f: f.open_sessions)),
+    Family("searchmon_query_classes", "gauge", "Query classes in use, 'other' included.",
+           _one(lambda f: len({part.slice[0] for part in f.slices}))),
+    Family("searchmon_slices", "gauge", "Slices in use (label sets of the online families).",
+           _one(lambda f: len(f.slices))),
+    Family("searchmon_slice_values_folded", "counter", "Queries whose value of a dimension "
+           "counted as other: outside its closed value set, or past [slices] max_series.",
+           lambda f: (((name,), f.folded_values.get(name, 0)) for name in f.labels[1:]),
+           ("dimension",)),
+    Family("searchmon_last_event_timestamp_seconds", "gauge",
+           "Event time of the newest accepted event.", _one(lambda f: f.newest),
+           unit="seconds", optional=True),
+    Family("searchmon_watermark_timestamp_seconds", "gauge",
+           "Event time up to which sessions are closed (newest event time - allowed lateness).",
+           _one(lambda f: f.watermark), unit="seconds", optional=True),
+    Family("searchmon_build", "info",
+           "Versions of the running searchmon, its Python and kafka-python.",
+           lambda f: [((), BUILD)]),
+)
+"""Every family ``/metrics`` exports from an ``Export``, in export order: declared once,
+read by the collector, its ``describe()`` and the metrics reference's test. The online
+families come from the online catalogue (``monitor.core.online``), where a new counter is
+one entry."""
+
+
+class ExportCollector(Collector):
+    """Renders an ``Export`` when Prometheus scrapes: every family of ``CATALOGUE``.
+
+    ``export`` returns the snapshot to expose: a live pipeline's (replay), or (the daemon) the
+    state as of the newest durable checkpoints. ``extra`` yields further families of the caller.
+    """
+
+    def __init__(
+        self,
+        export: Callable[[], Export],
+        extra: Callable[[], Iterable[Metric]] = lambda: (),
+    ) -> None:
+        self._export = export
+        self._extra = extra
+
+    def describe(self) -> Iterable[Metric]:
+        return [family.empty() for family in CATALOGUE]
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self._export()
+        for family in CATALOGUE:
+            metric = family.metric(figures)
+            if metric is not None:
+                yield metric
+        yield from self._extra()
+
 
 
 def consumer_metrics(

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlencode
 
 from monitor.config import PAGE_REFRESH
 from monitor.core.classes import ALL
-from monitor.core.export import AcceptanceFigures, Export, Slice
+from monitor.core.export import AcceptanceFigures, Export, Slice, SliceFigures
 from monitor.core.history import Period, Recent
 from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.serve.quality import data_quality
@@ -96,19 +96,28 @@ def render(
     export: Export, queries: Report | None, only: str | None = None, *,
     recent: Recent | None = None, now: float | None = None,
     broker: Broker | None = None, view: View = "hour", refresh: int = 0,
+    values: Mapping[str, str] | None = None,
 ) -> bytes:
-    """The page; ``only``: a query class to show alone; ``recent``: the last hour and its
+    """The page; ``only``: a query class to show alone; ``values``: dimension values to show
+    alone (``{"platform": "ios"}``: the slice filter); ``recent``: the last hour and its
     comparison (the sparklines come from the export's trends); ``now``: the wall clock (None:
     no data age);
     ``broker``: None for a replay; ``view``: the online figures of the last hour or since the
     state began; ``refresh``: seconds between reloads (0: none)."""
-    classes = [s.slice[0] for s in export.slices]
+    classes = list(dict.fromkeys(s.slice[0] for s in export.slices))
     if only is not None and only not in (ALL, *classes):
         only = None  # a class not (yet) known, or a dashboard's "All" (.*): every class
     shown = [only] if only is not None else [ALL, *classes]
+    dimensions = export.labels[1:]
+    known = {name: sorted({s.slice[1 + i] for s in export.slices})
+             for i, name in enumerate(dimensions)}
+    picked = {name: value for name, value in (values or {}).items()
+              if value in known.get(name, ())}  # "All" (.*) or unknown: every value
+    selection = Selection(export.labels, picked)
 
-    def link(name: str | None = only, shown_view: View = view, every: int = refresh) -> str:
-        return _href(name, shown_view, every)
+    def link(name: str | None = only, shown_view: View = view, every: int = refresh,
+             chosen: Mapping[str, str] = picked) -> str:
+        return _href(name, shown_view, every, chosen)
 
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
@@ -123,10 +132,16 @@ def render(
             f"<a href='{link(name)}'>{escape(name)}</a>" for name in [ALL, *classes]
         ) + f" <a href='{link(None)}'>(every class)</a> <a href='/queries'>/queries (JSON)</a> "
         "<a href='/metrics'>/metrics</a></nav>",
+        *(f"<nav>{escape(name)}: " + " ".join(
+            f"<a href='{link(chosen={**picked, name: value})}'>"
+            + (f"<b>{escape(value)}</b>" if picked.get(name) == value else escape(value))
+            + "</a>" for value in known[name]
+        ) + f" <a href='{link(chosen={k: v for k, v in picked.items() if k != name})}'>"
+            f"(every {escape(name)})</a></nav>" for name in dimensions),
         _quality(export),
-        _online_total(export, shown, link(shown_view="hour")) if view == "total" else
-        _online_hour(recent or Recent(), shown, link(shown_view="total")),
-        _verdicts(export, shown),
+        _online_total(export, shown, link(shown_view="hour"), selection) if view == "total"
+        else _online_hour(recent or Recent(), shown, link(shown_view="total"), selection),
+        _verdicts(export, shown, selection),
     ]
     if queries is None:
         parts.append("<h2>Queries</h2><p class=muted>Not computed yet: the query lists "
@@ -136,20 +151,39 @@ def render(
                      "(<code>[query_lists] enabled = false</code>).</p>")
     else:
         offline = export.offline
-        regressions = {(v.slice[0], v.measure) for v in offline.verdicts if v.regression} if (
+        regressions = {(v.slice, v.measure) for v in offline.verdicts if v.regression} if (
             offline is not None
         ) else set()
         for name in shown:
-            parts.append(_queries(queries, name, regressions))
+            parts.append(_queries(queries, name, regressions, selection))
     parts.append("</body></html>\n")
     return "".join(parts).encode()
 
 
-def _href(only: str | None, view: View, refresh: int) -> str:
+@dataclass(frozen=True)
+class Selection:
+    """The dimension values the page shows alone (none: every slice)."""
+
+    labels: tuple[str, ...]
+    values: Mapping[str, str]
+
+    def holds(self, values: Slice) -> bool:
+        """Whether the slice ``values`` is among those picked."""
+        return all(values[self.labels.index(name)] == value
+                   for name, value in self.values.items())
+
+    def title(self, name: str) -> str:
+        """A class's row, with the values picked."""
+        return " ".join([name, *(f"{k}={v}" for k, v in self.values.items())])
+
+
+def _href(only: str | None, view: View, refresh: int,
+          values: Mapping[str, str] | None = None) -> str:
     """The page's address with these choices (the defaults left out)."""
     asked: dict[str, str | int] = {}
     if only is not None:
         asked["class"] = only
+    asked.update(values or {})
     if view != "hour":
         asked["view"] = view
     if refresh != PAGE_REFRESH:
@@ -229,8 +263,10 @@ def _online_row(counts: Callable[[str], int | None]) -> list[str]:
     return cells
 
 
-def _online_hour(recent: Recent, shown: Sequence[str], total: str) -> str:
-    """The last hour per class, each above the period it is compared with."""
+def _online_hour(recent: Recent, shown: Sequence[str], total: str,
+                 selection: Selection) -> str:
+    """The last hour per class, each above the period it is compared with; with dimensions,
+    then a table per dimension (per value, over the classes shown)."""
     heading = f"<h2>Online: the last hour <a href='{total}'>since the state began</a></h2>"
     hour, earlier = recent.hour, recent.earlier
     if hour is None:
@@ -240,35 +276,59 @@ def _online_hour(recent: Recent, shown: Sequence[str], total: str) -> str:
     where = f"Last hour: {_period(hour)}; "
     where += (f"against {compared}: {_period(earlier)}." if earlier is not None else
               "nothing to compare with yet (the history is younger than two hours).")
-    every = list(hour.end.counts)
-    rows, kinds = [], []
-    for name in shown:
-        slices: Collection[Slice] = every if name == ALL else [(name,)]
-        if name != ALL and (name,) not in hour.end.counts:
-            continue
-        rows.append([escape(name), "<b>last hour</b>", *_online_row(hour.counts(slices).get)])
-        kinds.append("")
-        if earlier is not None:
-            rows.append(["", "a week earlier" if recent.week else "hour before",
-                         *_online_row(earlier.counts(slices).get)])
-            kinds.append("muted")
-    return heading + f"<p class=muted>{where}</p>" + _table(
-        ["class", "period", *(title for _, title in ONLINE_COLUMNS)], rows, kinds,
-        first_columns=2,
-    )
+    every = [s for s in hour.end.counts if len(s) == len(selection.labels)
+             and selection.holds(s)]
+
+    def table(title: str, groups: list[tuple[str, list[Slice]]]) -> str:
+        rows, kinds = [], []
+        for name, slices in groups:
+            if not slices:
+                continue
+            rows.append([escape(name), "<b>last hour</b>",
+                         *_online_row(hour.counts(slices).get)])
+            kinds.append("")
+            if earlier is not None:
+                rows.append(["", "a week earlier" if recent.week else "hour before",
+                             *_online_row(earlier.counts(slices).get)])
+                kinds.append("muted")
+        return _table([title, "period", *(title for _, title in ONLINE_COLUMNS)], rows,
+                      kinds, first_columns=2)
+
+    groups = [(selection.title(name), [s for s in every if name == ALL or s[0] == name])
+              for name in shown]
+    out = heading + f"<p class=muted>{where}</p>" + table("class", groups)
+    in_classes = [s for s in every if ALL in shown or s[0] in shown]
+    for at, dimension in enumerate(selection.labels[1:], 1):
+        out += f"<h3>by {escape(dimension)}</h3>" + table(dimension, [
+            (value, [s for s in in_classes if s[at] == value])
+            for value in sorted({s[at] for s in in_classes})
+        ])
+    return out
 
 
-def _online_total(export: Export, shown: Sequence[str], hour: str) -> str:
-    rows = []
-    for name in shown:
-        parts = (list(export.slices) if name == ALL else
-                 [s for s in export.slices if s.slice == (name,)])
-        if not parts:
-            continue
-        figures = {n: sum(p.count(n) for p in parts) for n in OnlineCounters.COUNTS}
-        rows.append([escape(name), *_online_row(figures.get)])
-    return (f"<h2>Online: since the state began <a href='{hour}'>the last hour</a></h2>"
-            + _table(["class", *(title for _, title in ONLINE_COLUMNS)], rows))
+def _online_total(export: Export, shown: Sequence[str], hour: str,
+                  selection: Selection) -> str:
+    every = [s for s in export.slices if selection.holds(s.slice)]
+
+    def table(title: str, groups: list[tuple[str, list[SliceFigures]]]) -> str:
+        rows = []
+        for name, parts in groups:
+            if not parts:
+                continue
+            figures = {n: sum(p.count(n) for p in parts) for n in OnlineCounters.COUNTS}
+            rows.append([escape(name), *_online_row(figures.get)])
+        return _table([title, *(title for _, title in ONLINE_COLUMNS)], rows)
+
+    out = (f"<h2>Online: since the state began <a href='{hour}'>the last hour</a></h2>"
+           + table("class", [(selection.title(name), [
+               s for s in every if name == ALL or s.slice[0] == name]) for name in shown]))
+    in_classes = [s for s in every if ALL in shown or s.slice[0] in shown]
+    for at, dimension in enumerate(selection.labels[1:], 1):
+        out += f"<h3>by {escape(dimension)}</h3>" + table(dimension, [
+            (value, [s for s in in_classes if s.slice[at] == value])
+            for value in sorted({s.slice[at] for s in in_classes})
+        ])
+    return out
 
 
 def _period(period: Period) -> str:
@@ -278,14 +338,14 @@ def _period(period: Period) -> str:
     return f"{_utc(start)[:-4]} to {shown_end} ({_duration(end - start)})"
 
 
-def _verdicts(export: Export, shown: Sequence[str]) -> str:
+def _verdicts(export: Export, shown: Sequence[str], selection: Selection) -> str:
     offline = export.offline
     if offline is None or not offline.verdicts:
         return "<h2>Judged samples</h2><p class=muted>No sample compared with a baseline yet.</p>"
-    trend = {(t.slice[0], t.measure): t.means for t in offline.trends}
+    trend = {(t.slice, t.measure): t.means for t in offline.trends}
     rows = []
     for v in offline.verdicts:
-        if v.slice[0] not in shown:
+        if v.slice[0] not in shown or not selection.holds(v.slice):
             continue
         verdict = {True: "<span class=bad>REGRESSION</span>", False: "<span class=ok>ok</span>",
                    None: "<span class=muted>too few shared queries</span>"}[v.regression]
@@ -293,13 +353,14 @@ def _verdicts(export: Export, shown: Sequence[str]) -> str:
         if v.regression and v.since_time is not None:
             since = (f"<span class=bad>since {escape(_utc(v.since_time)[:16])} "
                      f"({v.flagged_samples} sample{'s' * (v.flagged_samples != 1)})</span>")
-        rows.append([escape(v.slice[0]), escape(v.measure), verdict, since,
-                     escape(v.baseline_id) or "-", f"{v.delta:+.4f}",
+        rows.append([escape(_slice_text(selection.labels, v.slice)), escape(v.measure), verdict,
+                     since, escape(v.baseline_id) or "-", f"{v.delta:+.4f}",
                      f"{v.p_permutation:.4g}", f"{v.shared:,}",
-                     _sparkline(trend.get((v.slice[0], v.measure), ()), v.regression is True)])
+                     _sparkline(trend.get((v.slice, v.measure), ()), v.regression is True)])
     return "<h2>Judged samples: latest sample against its baseline</h2>" + _table(
-        ["class", "measure", "verdict", "flagged", "baseline", "change of mean",
-         "p (randomization)", "shared queries", "recent samples' means"],
+        ["slice" if len(selection.labels) > 1 else "class", "measure", "verdict", "flagged",
+         "baseline", "change of mean", "p (randomization)", "shared queries",
+         "recent samples' means"],
         rows,
     ) + _acceptances(offline.acceptances)
 
@@ -366,11 +427,42 @@ def _sparkline(means: Sequence[float], regression: bool) -> str:
     )
 
 
-def _queries(queries: Report, name: str, regressions: Collection[tuple[str, str]]) -> str:
-    """The worsened queries and the lists of class ``name``; the worsened ones in red only
-    where the class's verdict on that measure is a regression (``regressions``)."""
-    parts = [f"<h2 id='class-{escape(name)}'>Queries: {escape(name)}</h2>"]
-    worsened = [e for e in queries.get("worsened", []) if e["query_class"] == name]
+def _slice_text(labels: Sequence[str], values: Slice) -> str:
+    """A slice for a reader: its class, then ``dimension=value`` for each value it has."""
+    return " ".join([values[0], *(f"{label}={value}" for label, value in
+                                  zip(labels[1:], values[1:], strict=True) if value)])
+
+
+def _entry_slice(labels: Sequence[str], entry: dict[str, Any]) -> Slice:
+    """The slice of a ``/queries`` entry (``""``: a dimension it has no value of)."""
+    return tuple(str(entry.get(label, "")) for label in labels)
+
+
+def _queries(queries: Report, name: str, regressions: Collection[tuple[Slice, str]],
+             selection: Selection) -> str:
+    """The worsened queries and the lists of class ``name`` (of the slices picked, each apart,
+    or of the whole class); the worsened ones in red only where that slice's verdict on that
+    measure is a regression (``regressions``)."""
+    labels = selection.labels
+    parts = []
+    groups: dict[Slice, list[dict[str, Any]]] = {}
+    for entry in [*queries.get("worsened", []), *queries.get("lists", [])]:
+        values = _entry_slice(labels, entry)
+        whole = all(not v for v in values[1:])  # the class over every slice
+        if values[0] == name and (selection.holds(values) if selection.values else whole):
+            groups.setdefault(values, []).append(entry)
+    if not groups:
+        groups[(name, *("" for _ in labels[1:]))] = []
+    for values, entries in groups.items():
+        parts.append(_slice_queries(values, entries, regressions, labels))
+    return "".join(parts)
+
+
+def _slice_queries(values: Slice, entries: list[dict[str, Any]],
+                   regressions: Collection[tuple[Slice, str]], labels: Sequence[str]) -> str:
+    name = _slice_text(labels, values)
+    parts = [f"<h2 id='class-{escape(values[0])}'>Queries: {escape(name)}</h2>"]
+    worsened = [e for e in entries if "source" in e]
     parts.append("<div class=grid>")
     for entry in worsened:
         if entry["source"] == "sample":
@@ -380,7 +472,7 @@ def _queries(queries: Report, name: str, regressions: Collection[tuple[str, str]
             title = (f"{escape(entry['measure'])} worsened: live qrels join, last "
                      f"{escape(entry['window'])} against the {escape(entry['window'])} before")
         change = "{:+.3f}"
-        if (name, entry["measure"]) in regressions:
+        if (values, entry["measure"]) in regressions:
             title += " <span class=bad>REGRESSION</span>"
             change = "<span class=bad>{:+.3f}</span>"
         parts.append(f"<div><h3>{title}</h3>" + _table(
@@ -391,17 +483,17 @@ def _queries(queries: Report, name: str, regressions: Collection[tuple[str, str]
     parts.append("</div>")
     if not worsened:
         parts.append("<p class=muted>No judged query worsened (or no sample compared yet).</p>")
-    entries = [e for e in queries.get("lists", []) if e["query_class"] == name]
+    entries = [e for e in entries if "source" not in e]
     for window in dict.fromkeys(e["window"] for e in entries):
         of_window = {e["list"]: e for e in entries if e["window"] == window}
         first = next(iter(of_window.values()))
         parts.append(f"<h3>Last {escape(window)} ({escape(first['from'])} to "
                      f"{escape(first['to'])})</h3><div class=grid>")
         for list_name, (title, columns, cells) in _LISTS.items():
-            entry = of_window.get(list_name)
-            if entry is None:
+            listed = of_window.get(list_name)
+            if listed is None:
                 continue
-            rows = [cells(row) for row in entry["rows"][:ROWS]]
+            rows = [cells(row) for row in listed["rows"][:ROWS]]
             parts.append(f"<div><b>{title}</b>" + (
                 _table(columns, rows) if rows else "<p class=muted>none shown</p>"
             ) + "</div>")

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from monitor.config import Config, parse_duration
+from monitor.config import Config, parse_duration, window_label
 from monitor.core.classes import ALL
 from monitor.core.judged import OVERALL, Judged
 from monitor.core.pipeline import Pipeline
@@ -39,7 +39,6 @@ from monitor.core.querylists import (
     merge_public,
     merge_tallies,
     public,
-    window_name,
 )
 from monitor.core.slices import QUERY_CLASS, Slice
 from monitor.core.snapshots import Float, Int, require, same_lengths
@@ -116,7 +115,8 @@ def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config:
             merged, span = window_states(pipelines, length, config)
             overall = merge_tallies(list(merged.values()), capacity, k)
             if span is not None and overall is not None:
-                slices = [((ALL, *none), overall), *merged.items()]
+                slices = [((ALL, *none), overall), *_per_class(merged, none, capacity, k),
+                          *merged.items()]
                 windows.append(WindowTallies(
                     length, span[0], min(span[1], newest), [list(name) for name, _ in slices],
                     [public(tally, capacity, k) for _, tally in slices],
@@ -150,7 +150,7 @@ def report_of(state: QueryState) -> Report:
         for values, tally in zip(window.slices, window.tallies, strict=True):
             for list_name, rows in lists(tally, state.top, state.min_searches).items():
                 report["lists"].append({
-                    "list": list_name, "window": window_name(window.window),
+                    "list": list_name, "window": window_label(window.window),
                     **_labelled(state.labels, values), "from": _utc(window.start),
                     "to": _utc(window.end), "rows": rows,
                 })
@@ -236,6 +236,24 @@ def window_states(
     return merged, (min(index for index, _, _ in kept) * width, (newest + 1) * width)
 
 
+def _per_class(
+    merged: dict[Slice, TallyState], none: tuple[str, ...], capacity: int, k: int
+) -> list[tuple[Slice, TallyState]]:
+    """With dimensions, the lists of each class over all its slices (no dimension value):
+    what the status page shows before a slice is picked."""
+    if not none:
+        return []
+    by_class: dict[str, list[TallyState]] = {}
+    for values, state in merged.items():
+        by_class.setdefault(values[0], []).append(state)
+    out = []
+    for name, states in sorted(by_class.items()):
+        whole = merge_tallies(states, capacity, k)
+        if whole is not None:
+            out.append(((name, *none), whole))
+    return out
+
+
 def _labelled(labels: Sequence[str], values: Sequence[str]) -> dict[str, str]:
     """A slice as the fields of a report entry: ``query_class``, and each dimension with a
     value (the overall entry has none)."""
@@ -269,7 +287,7 @@ def _worsened(
         found += entries(judged.worsened.cells, "sample", None, judged.worsened.sample_id,
                          judged.worsened.baseline_id)
     for length in judged.config.windows:
-        found += entries(judged.drifted(length), "live", window_name(length), None, None)
+        found += entries(judged.drifted(length), "live", window_label(length), None, None)
     return found
 
 

@@ -68,6 +68,11 @@ class Routes:
         self._refresh = refresh
         """Seconds between the status page's reloads unless ``?refresh=`` says (0: none)."""
 
+    @property
+    def _dimensions(self) -> tuple[str, ...]:
+        """The dimensions of the figures shown: each a filter of the page and the lists."""
+        return self._status.export().labels[1:] if self._status is not None else ()
+
     def answer(self, request: Request) -> Answer:
         if request.path == "/metrics":
             return self._metrics(request)
@@ -93,15 +98,18 @@ class Routes:
     def _show(self, request: Request, status: Status) -> Answer:
         """The status page or the query lists, filtered by the query string."""
         asked = {k: v[-1] for k, v in parse_qs(request.query).items()}
-        unknown = asked.keys() - {"class", "window", "list"} - (
+        dimensions = self._dimensions
+        unknown = asked.keys() - {"class", "window", "list"} - set(dimensions) - (
             {"view", "refresh"} if request.path == "/" else set()
         )
         if unknown:
+            named = "".join(f", {name}" for name in dimensions)
             return Answer(HTTPStatus.BAD_REQUEST, (
                 f"unknown parameter {sorted(unknown)[0]!r}: " + (
-                    "the page takes class, view and refresh\n" if request.path == "/" else
-                    "filters are class, window and list\n"
+                    f"the page takes class{named}, view and refresh\n"
+                    if request.path == "/" else f"filters are class{named}, window and list\n"
                 )).encode())
+        values = {name: asked[name] for name in dimensions if name in asked}
         if request.path == "/queries/state":
             state = status.state()
             if state is None:
@@ -111,19 +119,21 @@ class Routes:
             return Answer(HTTPStatus.OK, STATE.dump_json(state), "application/json")
         queries = status.queries()
         if request.path == "/":
-            return self._page(status, queries, asked)
+            return self._page(status, queries, asked, values)
         if queries is None:
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE,
                            b"query lists not computed yet: they come with the first "
                            b"checkpoint\n", headers=(("Retry-After", "5"),))
         try:
-            chosen = select(queries, asked.get("class"), asked.get("window"), asked.get("list"))
+            chosen = select(queries, asked.get("class"), asked.get("window"), asked.get("list"),
+                            values)
         except FilterError as error:
             return Answer(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
         return Answer(HTTPStatus.OK, json.dumps(chosen, indent=1).encode() + b"\n",
                        "application/json")
 
-    def _page(self, status: Status, queries: Report | None, asked: dict[str, str]) -> Answer:
+    def _page(self, status: Status, queries: Report | None, asked: dict[str, str],
+              values: dict[str, str]) -> Answer:
         """The status page, with the broker's state as ``/readyz`` tells it."""
         view = asked.get("view", "hour")
         if view not in ("hour", "total"):
@@ -140,7 +150,7 @@ class Routes:
         body = page.render(
             status.export(), queries, asked.get("class"), recent=status.recent(),
             now=status.clock(), broker=broker,
-            view="total" if view == "total" else "hour", refresh=refresh,
+            view="total" if view == "total" else "hour", refresh=refresh, values=values,
         )
         return Answer(HTTPStatus.OK, body, "text/html; charset=utf-8")
 

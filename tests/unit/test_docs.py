@@ -372,3 +372,30 @@ def test_the_metrics_reference_has_every_family_of_the_golden_exposition() -> No
         for name, kind in golden_types().items() if documented.get(name) != kind
     ]
     assert not problems, f"{shown(METRICS)}:\n" + "\n".join(problems)
+
+
+def test_the_metrics_reference_gives_each_catalogued_family_its_type_and_labels() -> None:
+    """Every family of the catalogue (``monitor.serve.metrics.CATALOGUE``) has its row, of
+    its type and with its labels in order (the slice's labels as ``query_class``, which the
+    page says is followed by the dimensions)."""
+    from monitor.serve.metrics import BUILD, CATALOGUE, SLICE
+
+    rows = {}
+    for _, line in prose(METRICS.read_text(encoding="utf-8")):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and FAMILY_ROW.match(line) is not None:
+            rows[base_name(cells[0].strip("`"))] = (cells[1], re.findall(r"`([a-z_]+)`",
+                                                                          cells[2]))
+    problems = []
+    for family in CATALOGUE:
+        labels = ["query_class" if label == SLICE else label for label in family.labels]
+        kind = family.kind
+        if kind == "info":  # exposed as a gauge of 1 whose labels are the info
+            kind, labels = "gauge", list(BUILD)
+        found = rows.get(family.name)
+        if found is None:
+            problems.append(f"{family.name}: no row")
+        elif found != (kind, labels):
+            problems.append(f"{family.name}: documented {found}, declared "
+                            f"{(kind, labels)}")
+    assert not problems, f"{shown(METRICS)}:\n" + "\n".join(problems)
