@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.config import Config
+from monitor.config import Config, SlicesConfig
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.generate import Regression, Traffic, World, events
@@ -83,6 +83,44 @@ def test_the_committed_checkpoints_of_formats_5_and_6_restore_as_the_stream_they
     assert restored.lists.open, "queries waiting for their outcome are kept"
     assert restored.judged.worsened == reference.judged.worsened is not None
     counts_on(restored, reference, stream[CUT:])
+
+
+@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_V5], ids=["format-6", "format-5"])
+def test_state_from_before_slices_restores_with_its_counts_under_unknown(
+    fixture: Path,
+) -> None:
+    """Dimensions configured on an upgrade: the counts so far are those of each class under
+    ``unknown`` of every dimension, and counting goes on by slice."""
+    stream = fixture_stream()
+    config = Config(slices=SlicesConfig(dimensions=["platform", "variant"]))
+    unit, restored = restore_unit(fixture.read_bytes(), str(fixture), config)
+    assert unit.offset == CUT
+    before = export(as_of(fed(stream[:CUT]), held(fixture)))
+    after = export(restored)
+    assert after.labels == ("query_class", "platform", "variant")
+    assert {p.slice: p.counts for p in after.slices} == {
+        (*p.slice, "unknown", "unknown"): p.counts for p in before.slices
+    }
+    assert restored.sessions.open_count > 0 and restored.judged.verdicts
+    assert {v.slice[1:] for v in after.offline.verdicts} <= {  # type: ignore[union-attr]
+        ("unknown", "unknown"), ("", "")
+    }
+    for i, line in enumerate(stream[CUT:CUT + 2000]):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None  # a malformed line of the stream: fed as it is
+        if isinstance(event, dict) and event.get("type") == "query":
+            event["platform"] = ("ios", "web")[i % 2]
+            line = json.dumps(event).encode()
+        restored.feed(line)
+    restored.close()
+    figures = export(restored)
+    platforms = {p.slice[1] for p in figures.slices if p.count("queries")}
+    assert platforms == {"unknown", "ios", "web"}
+    assert sum(p.count("queries") for p in figures.slices) > sum(
+        p.count("queries") for p in before.slices
+    )
 
 
 def test_the_committed_checkpoint_of_format_4_migrates_with_empty_query_lists() -> None:

@@ -18,6 +18,9 @@ from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.serve.metrics import ExportCollector
 from monitor.serve.report import report
+from monitor.state import codec
+from monitor.state.checkpoint import restore_unit
+from monitor.state.codec import UnitState
 from tests.support.events import click, query, stamp
 
 DIMENSIONS = ["platform", "locale"]
@@ -261,3 +264,42 @@ def test_a_ubi_query_takes_its_values_from_its_record_and_query_attributes() -> 
     pipeline.close()
     (part,) = [p for p in export(pipeline).slices if p.count("queries")]
     assert part.slice == ("other", "android", "shop")
+
+
+def restored_under(pipeline: Pipeline, config: Config) -> Pipeline:
+    data = codec.encode("unit", UnitState(
+        "search-events", 0, 0, 1.0, "replica-1", codec.fingerprint(pipeline.config),
+        pipeline.snapshot(),
+    ))
+    return restore_unit(data, "test", config)[1]
+
+
+def test_a_checkpoint_restores_under_the_dimensions_configured_now() -> None:
+    """The same dimensions: as it was. One removed: the slices that differed by it alone add
+    up. One added: ``unknown`` so far. Counting goes on."""
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS, max_values=5))
+    events = traffic(seed=3)
+    half = len(events) // 2
+    pipeline = Pipeline(config)
+    for _, _, data in events[:half]:
+        pipeline.feed(data)
+    same = restored_under(pipeline, config)
+    assert export(same) == export(pipeline)
+    fewer = restored_under(pipeline, Config(slices=SlicesConfig(dimensions=["platform"])))
+    sums: Counter[tuple[str, ...]] = Counter()
+    for part in export(pipeline).slices:
+        sums[part.slice[:2]] += part.count("queries")
+    assert {p.slice: p.count("queries") for p in export(fewer).slices} == dict(sums)
+    more = restored_under(pipeline, Config(slices=SlicesConfig(
+        dimensions=[*DIMENSIONS, "variant"], max_values=5)))
+    assert {p.slice: p.count("queries") for p in export(more).slices} == {
+        (*p.slice, "unknown"): p.count("queries") for p in export(pipeline).slices
+    }
+    for restored in (same, fewer, more):
+        for _, _, data in events[half:]:
+            pipeline_rejection = restored.feed(data)
+            assert pipeline_rejection is None
+        restored.close()
+    total = sum(1 for _, said, _ in events if "query" in said)
+    for restored in (same, fewer, more):
+        assert sum(p.count("queries") for p in export(restored).slices) == total
