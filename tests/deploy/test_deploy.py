@@ -28,6 +28,7 @@ from tests.support.http import get
 from tests.support.wait import wait_for
 
 RULES = DEPLOY / "prometheus" / "searchmon.rules.yml"
+RULE_TESTS = ("weekly.test.yml", "searchmon.test.yml", "slices.test.yml")
 
 
 class DashboardBuild(Protocol):
@@ -61,10 +62,24 @@ def alerts() -> list[dict[str, Any]]:
 
 
 def test_promtool_rule_unit_tests_pass() -> None:
-    done = run(tool("promtool"), "test", "rules", "weekly.test.yml", "searchmon.test.yml",
-               cwd=DEPLOY / "prometheus" / "tests")
+    tests = DEPLOY / "prometheus" / "tests"
+    assert {p.name for p in tests.glob("*.test.yml")} == set(RULE_TESTS), "run every file"
+    done = run(tool("promtool"), "test", "rules", *RULE_TESTS, cwd=tests)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("SUCCESS") == 2
+    assert done.stdout.count("SUCCESS") == len(RULE_TESTS)
+
+
+def test_rule_tests_pin_the_order_of_every_group() -> None:
+    """promtool accepts a group_eval_order that leaves groups out, and evaluates those in no
+    fixed order: each test lists every group, the recording groups before the alerts."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    recording = {g["name"] for g in groups if all("record" in r for r in g["rules"])}
+    for name in RULE_TESTS:
+        order = yaml.safe_load((DEPLOY / "prometheus" / "tests" / name).read_text())[
+            "group_eval_order"]
+        assert sorted(order) == sorted(g["name"] for g in groups), name
+        alerting = [i for i, group in enumerate(order) if group not in recording]
+        assert max(i for i, group in enumerate(order) if group in recording) < min(alerting)
 
 
 def test_every_alert_is_tested_documented_and_annotated() -> None:
