@@ -14,7 +14,7 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -34,9 +34,11 @@ RULE_TESTS = ("weekly.test.yml", "searchmon.test.yml", "slices.test.yml")
 class DashboardBuild(Protocol):
     """What the tests use of deploy/grafana/build.py, a script outside any package."""
 
-    def dashboard(self) -> dict[str, Any]: ...
+    DIMENSIONS: tuple[str, ...]
 
-    def queries(self) -> list[tuple[str, str]]: ...
+    def dashboard(self, dimensions: Sequence[str] = ...) -> dict[str, Any]: ...
+
+    def queries(self, dimensions: Sequence[str] = ...) -> list[tuple[str, str]]: ...
 
 
 def _load_dashboard_build() -> DashboardBuild:
@@ -131,8 +133,8 @@ def test_dashboard_json_is_built_from_the_panel_list() -> None:
         "run python deploy/grafana/build.py"
     )
     titles = [p["title"] for p in built["panels"] if p["type"] == "row"]
-    assert titles == ["Overview (all classes)", "Per query class", "Offline: judged quality",
-                      "searchmon health"]
+    assert titles == ["Overview (all classes)", "Per query class", "Per slice",
+                      "Offline: judged quality", "searchmon health"]
 
 
 def test_panel_queries_parse_with_promtool(tmp_path: Path) -> None:
