@@ -407,6 +407,11 @@ def queries(dimensions: Sequence[str] = DIMENSIONS) -> list[tuple[str, str]]:
     return found
 
 
+def dashboard_json(dimensions: Sequence[str] = DIMENSIONS) -> str:
+    """The dashboard as searchmon.json spells it."""
+    return json.dumps(dashboard(dimensions), indent=2) + "\n"
+
+
 if __name__ == "__main__":
-    OUT.write_text(json.dumps(dashboard(), indent=2) + "\n")
+    OUT.write_text(dashboard_json())
     print(f"wrote {OUT}")
