@@ -6,11 +6,16 @@ up to date and runs every panel's query against a real Prometheus that scraped a
 The online quality ratios come from the recording rules, which sum over every searchmon
 target: they are what the alerts see, and the `job` and `instance` variables do not narrow
 them. Every other query reads searchmon's own families and is narrowed by both variables.
+
+The slice row and one variable per dimension follow DIMENSIONS, the dimension names the
+slice:* recording rules keep; deploy/retarget.py --dimensions builds the dashboard for others.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,9 +23,13 @@ OUT = Path(__file__).with_name("searchmon.json")
 CLASS = 'query_class=~"$query_class"'
 TARGET = 'job=~"$job", instance=~"$instance"'
 RATE = "$__rate_interval"
+# The [slices] dimensions of the shipped rules (deploy/prometheus/searchmon.rules.yml).
+DIMENSIONS = ("platform", "locale", "variant")
 # What Grafana substitutes for its variables with "All" selected; queries() hands Prometheus
-# and promtool the expressions with these in place.
-ALL_VALUES = {"$__rate_interval": "5m", "$query_class": ".*", "$job": ".*", "$instance": ".*"}
+# and promtool the expressions with these in place (a dimension's "All" matches its absence
+# too: without [slices] the label is empty).
+ALL_VALUES = {"$__rate_interval": "5m", "$query_class": ".*", "$job": ".*", "$instance": ".*",
+              **{f"${name}": ".*" for name in DIMENSIONS}}
 # runbook_url of the rules is relative to the repository root; set the `runbook` variable to
 # where your copy of deploy/RUNBOOK.md is browsable.
 RUNBOOK = "deploy/RUNBOOK.md"
@@ -104,6 +113,51 @@ def _online(level: str) -> list[Panel]:
               what + "share of sessions with a long click or a conversion. " + WEEK,
               _recorded("search_session_success_rate:ratio_rate", level, True),
               ("SearchSessionSuccessDropWeekOverWeek",)),
+    ]
+
+
+SLICE_OVERVIEW = ("From the per-slice recording rules, which the slice alerts read: every "
+                  "searchmon target, narrowed by the class and dimension variables (without "
+                  "[slices] configured, one series per class, its dimension labels empty); ")
+
+
+def _slices(dimensions: Sequence[str]) -> list[Panel]:
+    """The slice:* recording rules, one series per class and value of each dimension, with
+    last week's 1h series, which the slice alerts compare with or guard on."""
+    labels = "{" + ", ".join([CLASS, *(f'{d}=~"${d}"' for d in dimensions)]) + "}"
+    legend = " ".join("{{" + name + "}}" for name in ("query_class", *dimensions))
+
+    def recorded(name: str, *windows: str) -> list[tuple[str, str]]:
+        return [*((f"{legend} {w}", f"slice:{name}{w}{labels}") for w in windows),
+                (f"{legend} 1h, last week", f"slice:{name}1h{labels} offset 1w")]
+
+    return [
+        Panel("Queries per second by slice", "reqps",
+              SLICE_OVERVIEW + "1h is the volume guard of the slice alerts: 2 queries/s now "
+              "and a week ago for CTR, now for zero-result rate.",
+              recorded("search_queries:rate", "5m", "1h"),
+              ("SearchSliceCTRDropWeekOverWeek", "SearchSliceZeroResultRateRise")),
+        Panel("Sessions per second by slice", "reqps",
+              SLICE_OVERVIEW + "1h is the volume guard of the slice session success and "
+              "abandonment alerts: 1 session/s now and a week ago.",
+              recorded("search_sessions:rate", "5m", "1h"),
+              ("SearchSliceSessionSuccessDropWeekOverWeek", "SearchSliceAbandonmentRise")),
+        Panel("Click-through rate by slice", "percentunit",
+              SLICE_OVERVIEW + "share of queries with a click. " + WEEK,
+              recorded("search_ctr:ratio_rate", "1h"),
+              ("SearchSliceCTRDropWeekOverWeek",)),
+        Panel("Zero-result rate by slice", "percentunit",
+              SLICE_OVERVIEW + "share of queries that returned nothing. " + WEEK,
+              recorded("search_zero_result_rate:ratio_rate", "1h"),
+              ("SearchSliceZeroResultRateRise",)),
+        Panel("Abandonment rate by slice", "percentunit",
+              SLICE_OVERVIEW + "share of sessions without a click. " + WEEK,
+              recorded("search_abandonment_rate:ratio_rate", "1h"),
+              ("SearchSliceAbandonmentRise",)),
+        Panel("Session success rate by slice", "percentunit",
+              SLICE_OVERVIEW + "share of sessions with a long click or a conversion. " + WEEK,
+              recorded("search_session_success_rate:ratio_rate", "1h"),
+              ("SearchSliceSessionSuccessDropWeekOverWeek",)),
     ]
 
 
@@ -244,6 +298,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
 ]
 
 
+def rows(dimensions: Sequence[str] = DIMENSIONS) -> list[tuple[str, list[Panel]]]:
+    """ROWS with the slice row, over these dimension names, after the per-class one."""
+    at = [title for title, _ in ROWS].index("Per query class") + 1
+    return [*ROWS[:at], ("Per slice", _slices(dimensions)), *ROWS[at:]]
+
+
 def _variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {"name": name, "type": "query", "label": label,
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
@@ -271,11 +331,11 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     }
 
 
-def dashboard() -> dict[str, Any]:
+def dashboard(dimensions: Sequence[str] = DIMENSIONS) -> dict[str, Any]:
     panels: list[dict[str, Any]] = []
     y = 0
     next_id = 1
-    for row_title, row_panels in ROWS:
+    for row_title, row_panels in rows(dimensions):
         panels.append({
             "type": "row", "title": row_title, "id": next_id, "collapsed": False,
             "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": [],
@@ -308,8 +368,10 @@ def dashboard() -> dict[str, Any]:
             {"name": "Firing alerts", "enable": True, "iconColor": "red",
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
              "expr": 'ALERTS{alertstate="firing", alertname!="Watchdog"}', "step": "60s",
-             "titleFormat": "{{alertname}}", "textFormat": "{{severity}} {{query_class}} "
-             "{{measure}} {{instance}}", "tagKeys": "alertname,severity",
+             "titleFormat": "{{alertname}}",
+             "textFormat": " ".join("{{" + label + "}}" for label in (
+                 "severity", "query_class", *dimensions, "measure", "instance")),
+             "tagKeys": "alertname,severity",
              "useValueForTime": False},
         ]},
         "templating": {"list": [
@@ -321,6 +383,9 @@ def dashboard() -> dict[str, Any]:
                       'label_values(searchmon_build_info{job=~"$job"}, instance)'),
             _variable("query_class", "Query class",
                       'label_values(search_queries_total{job=~"$job"}, query_class)'),
+            # a dimension that is not configured has no values: its "All" matches everything
+            *(_variable(name, name, f'label_values(search_queries_total{{job=~"$job"}}, {name})')
+              for name in dimensions),
             {"name": "runbook", "type": "constant", "label": "Runbook", "hide": 2,
              "query": RUNBOOK},
         ]},
@@ -328,19 +393,25 @@ def dashboard() -> dict[str, Any]:
     }
 
 
-def queries() -> list[tuple[str, str]]:
+def queries(dimensions: Sequence[str] = DIMENSIONS) -> list[tuple[str, str]]:
     """(panel title, expr) of every panel target, with the values Grafana substitutes for
     its variables when "All" is selected, so that Prometheus and promtool can run them."""
+    values = {**ALL_VALUES, **{f"${name}": ".*" for name in dimensions}}
     found = []
-    for _, panels in ROWS:
+    for _, panels in rows(dimensions):
         for panel in panels:
             for _, expr in panel.targets:
-                for variable, value in ALL_VALUES.items():
-                    expr = expr.replace(variable, value)
+                # whole variable names: $job is not the start of a dimension named job_type
+                expr = re.sub(r"\$\w+", lambda m: values.get(m.group(0), m.group(0)), expr)
                 found.append((panel.title, expr))
     return found
 
 
+def dashboard_json(dimensions: Sequence[str] = DIMENSIONS) -> str:
+    """The dashboard as searchmon.json spells it."""
+    return json.dumps(dashboard(dimensions), indent=2) + "\n"
+
+
 if __name__ == "__main__":
-    OUT.write_text(json.dumps(dashboard(), indent=2) + "\n")
+    OUT.write_text(dashboard_json())
     print(f"wrote {OUT}")

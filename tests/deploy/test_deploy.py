@@ -14,7 +14,7 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -28,14 +28,17 @@ from tests.support.http import get
 from tests.support.wait import wait_for
 
 RULES = DEPLOY / "prometheus" / "searchmon.rules.yml"
+RULE_TESTS = ("weekly.test.yml", "searchmon.test.yml", "slices.test.yml")
 
 
 class DashboardBuild(Protocol):
     """What the tests use of deploy/grafana/build.py, a script outside any package."""
 
-    def dashboard(self) -> dict[str, Any]: ...
+    DIMENSIONS: tuple[str, ...]
 
-    def queries(self) -> list[tuple[str, str]]: ...
+    def dashboard(self, dimensions: Sequence[str] = ...) -> dict[str, Any]: ...
+
+    def queries(self, dimensions: Sequence[str] = ...) -> list[tuple[str, str]]: ...
 
 
 def _load_dashboard_build() -> DashboardBuild:
@@ -61,10 +64,24 @@ def alerts() -> list[dict[str, Any]]:
 
 
 def test_promtool_rule_unit_tests_pass() -> None:
-    done = run(tool("promtool"), "test", "rules", "weekly.test.yml", "searchmon.test.yml",
-               cwd=DEPLOY / "prometheus" / "tests")
+    tests = DEPLOY / "prometheus" / "tests"
+    assert {p.name for p in tests.glob("*.test.yml")} == set(RULE_TESTS), "run every file"
+    done = run(tool("promtool"), "test", "rules", *RULE_TESTS, cwd=tests)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("SUCCESS") == 2
+    assert done.stdout.count("SUCCESS") == len(RULE_TESTS)
+
+
+def test_rule_tests_pin_the_order_of_every_group() -> None:
+    """promtool accepts a group_eval_order that leaves groups out, and evaluates those in no
+    fixed order: each test lists every group, the recording groups before the alerts."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    recording = {g["name"] for g in groups if all("record" in r for r in g["rules"])}
+    for name in RULE_TESTS:
+        order = yaml.safe_load((DEPLOY / "prometheus" / "tests" / name).read_text())[
+            "group_eval_order"]
+        assert sorted(order) == sorted(g["name"] for g in groups), name
+        alerting = [i for i, group in enumerate(order) if group not in recording]
+        assert max(i for i, group in enumerate(order) if group in recording) < min(alerting)
 
 
 def test_every_alert_is_tested_documented_and_annotated() -> None:
@@ -116,8 +133,8 @@ def test_dashboard_json_is_built_from_the_panel_list() -> None:
         "run python deploy/grafana/build.py"
     )
     titles = [p["title"] for p in built["panels"] if p["type"] == "row"]
-    assert titles == ["Overview (all classes)", "Per query class", "Offline: judged quality",
-                      "searchmon health"]
+    assert titles == ["Overview (all classes)", "Per query class", "Per slice",
+                      "Offline: judged quality", "searchmon health"]
 
 
 def test_panel_queries_parse_with_promtool(tmp_path: Path) -> None:
