@@ -226,6 +226,7 @@ def export(pipeline: Pipeline) -> Export:
         for klass in range(len(names))
     )
     measures = [str(spec) for spec in judged.specs]
+    plain = not slices_of.dimensions
     # the overall offline figures: query_class "all", no dimension value (never "all" there)
     overall = (ALL, *("" for _ in slices_of.dimensions))
     classes = [*((k, names[k]) for k in range(len(names)) if canonical(k)), (OVERALL, overall)]
@@ -239,6 +240,8 @@ def export(pipeline: Pipeline) -> Export:
             ),
         )
         for source in SOURCES for klass, name in classes for m, measure in enumerate(measures)
+        # every class's series from start-up; with dimensions, the slices judged so far
+        if plain or klass == OVERALL or (source, klass, m) in judged.histograms
     )
     offline = None
     if judged.active:

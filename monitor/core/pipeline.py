@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from monitor.config import UNKNOWN as NOT_GIVEN
 from monitor.config import Config
 from monitor.core.classes import ALL, NEW, OTHER, QueryClasses
 from monitor.core.judged import OVERALL, Judged, JudgedState
@@ -47,7 +46,7 @@ from monitor.inputs.events import (
     Reason,
     Rejection,
 )
-from monitor.inputs.native import cut_text
+from monitor.inputs.native import cut_text, dimensions
 from monitor.inputs.ubi import QUERY_EVENT
 
 log = logging.getLogger(__name__)
@@ -197,6 +196,9 @@ class Pipeline:
             QueryClasses.from_config(config.query_classes), config.slices
         )
         self._dimensions = tuple(config.slices.dimensions)
+        self._dimensions_of = dimensions(self._dimensions) if self._dimensions else None
+        """How a query's dimension values are read (``values``) by the decoders' rule."""
+        self._values = self._dimensions_of.values if self._dimensions_of else None
         self.counters = OnlineCounters()
         for _ in self.slices.names:
             self.counters.add_class()
@@ -241,21 +243,20 @@ class Pipeline:
             time: float
             event: Live
             time, event = decoded  # type: ignore[assignment, misc]  # a live event and its time
-            if type(event) is QueryEvent:
+            if isinstance(event, QueryEvent):
                 declared = event.query_class
                 if self._plain:
                     klass = self._class_index.get(declared) if declared is not None else None
-                elif declared is None:
-                    klass = None
+                    given: tuple[str, ...] = ()
                 else:
-                    attributes = event.attributes
-                    klass = self._slice_index.get((declared, *[
-                        attributes.get(name) or NOT_GIVEN for name in self._dimensions
-                    ]) if attributes else (declared, *self._unknown))
+                    given = self._values(event) if self._values is not None else ()
+                    klass = self._slice_index.get((declared, *given)) if (
+                        declared is not None
+                    ) else None
                 if klass is None:  # NEW (joining a set) only once the query is accepted
                     klass = self.slices.locate(
-                        declared, cut_text(event.query_text, self._max_chars),
-                        event.attributes, time, self.sessions.watermark, add=False,
+                        declared, cut_text(event.query_text, self._max_chars), given, time,
+                        self.sessions.watermark, add=False,
                     )
                 count = event.result_count
                 if count is not None:
@@ -310,7 +311,7 @@ class Pipeline:
                 return None
             accepted, event = read
             sessions = self.sessions
-            if type(event) is QueryEvent:
+            if isinstance(event, QueryEvent):
                 if event.event_id.startswith(QUERY_EVENT) and (
                     self._query_ids.get(event.query_id) == hash(
                         (event.session_id, event.query_text)
@@ -328,7 +329,7 @@ class Pipeline:
                         return self._reject(reason, event)
                     klass = self.slices.locate(
                         event.query_class, cut_text(event.query_text, self._max_chars),
-                        event.attributes, accepted[0], sessions.watermark,
+                        self._given(event), accepted[0], sessions.watermark,
                     )
                     self.grow()
                     accepted = (*accepted[:5], klass, accepted[6])
@@ -336,7 +337,7 @@ class Pipeline:
             if reason is not None:
                 return self._reject(reason, event)
             self.health.accepted += 1
-            if type(event) is QueryEvent:
+            if isinstance(event, QueryEvent):
                 seen, ids = hash((event.session_id, event.query_text)), self._query_ids
                 known = ids.get(event.query_id)
                 if known is None:
@@ -351,7 +352,7 @@ class Pipeline:
                 counters.queries[klass] += 1
                 if self._dimensions and OTHER in self.slices.names[klass]:
                     folded = self.health.folded_values
-                    for name in self.slices.folded(klass, event.attributes):
+                    for name in self.slices.folded(klass, self._given(event)):
                         folded[name] = folded.get(name, 0) + 1
                 counters.result_impressions[klass] += len(event.result_ids)
                 zero = accepted[6] in (ZERO, UNKNOWN_ZERO)  # as ``read`` found it
@@ -375,6 +376,10 @@ class Pipeline:
             return None
         except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, before)
+
+    def _given(self, event: QueryEvent) -> tuple[str, ...]:
+        """A query's dimension values (none without dimensions)."""
+        return self._values(event) if self._values is not None else ()
 
     def _unprocessable(self, error: Exception, accepted: int) -> Rejection:
         """A message some step failed on: counted once, as rejected (not also as accepted,
@@ -404,7 +409,6 @@ class Pipeline:
         self._class_index = slices.classes.index
         self._slice_index = slices.index
         self._plain = slices.plain
-        self._unknown = tuple(NOT_GIVEN for _ in self._dimensions)
         self.sessions.counters = self.counters
         self.sessions.served = self._join_live
         if self.lists is not None:
@@ -501,7 +505,8 @@ class Pipeline:
         else:
             assert message.ranking is not None, "a judgment's ranking is checked on arrival"
             klass = self.slices.locate(
-                event.get("query_class"), event["query_text"], message.attributes,
+                event.get("query_class"), event["query_text"],
+                self._dimensions_of.of(message.attributes) if self._dimensions_of else (),
                 message.time, self.sessions.watermark,
             )
             self.grow()

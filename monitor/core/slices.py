@@ -6,7 +6,8 @@ the slice's label values, ``query_class`` first, then each dimension of ``[slice
 dimensions`` in order. Without dimensions a slice is its query class alone, and its index is
 the class's index.
 
-A dimension's value comes from the event (``attributes``; an event without it: ``unknown``).
+A dimension's value comes from the event (``monitor.inputs.native.Dimensions``; an event
+without it: ``unknown``).
 Each dimension has a closed set: its configured values, or else the first ``max_values``
 values in event time. A value seen after the set is full is ``other``; one whose first event
 is earlier than that of the newest member not yet behind the watermark takes that member's
@@ -126,11 +127,12 @@ class Slices:
         return (QUERY_CLASS, *(d.name for d in self.dimensions))
 
     def locate(
-        self, query_class: str | None, text: str, attributes: Mapping[str, str] | None,
-        time: float, watermark: float, add: bool = True,
+        self, query_class: str | None, text: str, given: Slice, time: float,
+        watermark: float, add: bool = True,
     ) -> int:
-        """The slice index of a query with this declared class, text and attributes at
-        event ``time``; with ``add`` False, ``NEW`` where it would change the sets."""
+        """The slice index of a query with this declared class, text and dimension values
+        (``given``: as the query gives them, ``unknown`` where it does not) at event
+        ``time``; with ``add`` False, ``NEW`` where it would change the sets."""
         known = len(self.classes.names)
         klass = self.classes.classify(query_class, text, add)
         if klass == NEW:
@@ -140,8 +142,8 @@ class Slices:
         if not self.dimensions:
             return klass if self.plain else self.index[(self.classes.names[klass],)]
         values = []
-        for dimension in self.dimensions:
-            value = self._value(dimension, attributes, time, watermark, add)
+        for dimension, raw in zip(self.dimensions, given, strict=True):
+            value = self._value(dimension, raw, time, watermark, add)
             if value is None:
                 return NEW
             values.append(value)
@@ -152,11 +154,9 @@ class Slices:
         return self._add(key) if add else NEW
 
     def _value(
-        self, dimension: Dimension, attributes: Mapping[str, str] | None, time: float,
-        watermark: float, add: bool,
+        self, dimension: Dimension, raw: str, time: float, watermark: float, add: bool,
     ) -> str | None:
-        """The member ``attributes`` gives (``unknown``, ``other``), or None: it would join."""
-        raw = attributes.get(dimension.name) if attributes else None
+        """The member the value ``raw`` is (``unknown``, ``other``), or None: it would join."""
         if not raw or raw == UNKNOWN:
             return UNKNOWN
         first = dimension.first
@@ -259,17 +259,16 @@ class Slices:
     def place(self, values: Slice, time: float) -> int:
         """The index of the slice with these label values (another pipeline's), added here
         the way a query with them would be."""
-        attributes = dict(zip(self.labels[1:], values[1:], strict=False))
-        return self.locate(values[0], "", attributes, time, float("inf"))
+        return self.locate(values[0], "", values[1:], time, float("inf"))
 
-    def folded(self, index: int, attributes: Mapping[str, str] | None) -> list[str]:
-        """The dimensions whose value a query of slice ``index`` gave that count as
-        ``other``."""
+    def folded(self, index: int, given: Slice) -> list[str]:
+        """The dimensions whose value a query of slice ``index`` gave (``given``) that count
+        as ``other``."""
         name = self.names[index]
         return [
-            dimension.name for dimension, value in zip(self.dimensions, name[1:], strict=True)
-            if value == OTHER and attributes and attributes.get(dimension.name)
-            not in (None, "", OTHER, UNKNOWN)
+            dimension.name for dimension, value, raw in zip(
+                self.dimensions, name[1:], given, strict=True
+            ) if value == OTHER and raw not in ("", OTHER, UNKNOWN)
         ]
 
     def of_class(self, name: str) -> list[int]:

@@ -10,6 +10,7 @@ with ``ReadOnly`` items), which decide and name the problem, or say that the mes
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, cast
@@ -17,11 +18,14 @@ from typing import Annotated, Any, cast
 import msgspec
 from pydantic import Field, TypeAdapter, ValidationError
 
-from monitor.config import Config
+from monitor.config import UNKNOWN, Config
 from monitor.inputs.events import (
     Attributes,
     Baseline,
+    ClickEvent,
+    ConversionEvent,
     Decoded,
+    DwellEvent,
     Event,
     JudgedMessage,
     Judgment,
@@ -88,21 +92,66 @@ def _rejection(error: ValidationError) -> Rejection:
     return Rejection(Reason.SCHEMA, detail)
 
 
+@functools.cache
+def dimensions(names: tuple[str, ...]) -> Dimensions:
+    """The one ``Dimensions`` of these names (its query struct is the decoders' and the
+    pipeline's: a type each compares with)."""
+    return Dimensions(list(names))
+
+
 class Dimensions:
     """The values of the ``[slices]`` dimensions a message gives: its top-level string
     field of a dimension's name, else that key of its ``attributes`` object (the top-level
-    field wins). Messages that name no dimension are not read twice."""
+    field wins).
+
+    Live events are decoded once, by a decoder whose query struct (a ``QueryEvent``) has a
+    field for each dimension that is not one of its own; judged messages, and those the
+    fast path refuses, are read again for their top-level fields."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
+        own = {field.encode_name for field in msgspec.structs.fields(QueryEvent)}
+        extra = [name for name in names if name not in own]
+        renamed = {f"d{i}": name for i, name in enumerate(extra)}
+        self.query = msgspec.defstruct(
+            "QueryEvent", [(field, Any, None) for field in renamed], bases=(QueryEvent,),
+            rename=renamed, tag_field="type", tag="query", frozen=True, gc=False,
+        )
+        """The query struct of the fast path, with the dimensions' top-level fields."""
+        self.decode_live: Callable[[bytes], Native] = msgspec.json.Decoder(
+            self.query | ClickEvent | DwellEvent | ConversionEvent
+        ).decode
+        by_name = {name: field for field, name in renamed.items()}
+        own_names = {f.encode_name: f.name for f in msgspec.structs.fields(QueryEvent)}
+        self._fields = [(name, by_name.get(name) or own_names[name]) for name in names]
+        self._unknown = tuple(UNKNOWN for _ in names)
         self._needles = [f'"{name}"'.encode() for name in names]
         fields = [(f"d{i}", Any, None) for i in range(len(names))]
-        struct = msgspec.defstruct("Dimensions", fields, rename={
+        self._decode = msgspec.json.Decoder(msgspec.defstruct("Dimensions", fields, rename={
             f"d{i}": name for i, name in enumerate(names)
-        })
-        self._decode = msgspec.json.Decoder(struct).decode
+        })).decode
+
+    def values(self, event: QueryEvent) -> tuple[str, ...]:
+        """A query's value of each dimension, ``unknown`` where it gives none."""
+        attributes = event.attributes
+        if type(event) is not self.query:  # of another decoder (UBI), or the slow path
+            if not attributes:
+                return self._unknown
+            return tuple([attributes.get(name) or UNKNOWN for name in self.names])
+        return tuple([
+            top if type(top := getattr(event, field)) is str and top
+            else (attributes.get(name) if attributes else None) or UNKNOWN
+            for name, field in self._fields
+        ])
+
+    def of(self, attributes: Attributes | None) -> tuple[str, ...]:
+        """The values an ``attributes`` mapping gives, ``unknown`` where it gives none."""
+        if not attributes:
+            return self._unknown
+        return tuple([attributes.get(name) or UNKNOWN for name in self.names])
 
     def merged(self, data: bytes, attributes: Attributes | None) -> Attributes | None:
+        """``attributes`` with the top-level dimension fields of the message ``data``."""
         if not any(needle in data for needle in self._needles):
             return attributes
         try:
@@ -128,7 +177,10 @@ class NativeDecoder:
         self.max_chars = config.input.max_query_chars
         self.measures = config.offline.measures
         self.dimensions = (
-            Dimensions(config.slices.dimensions) if config.slices.dimensions else None
+            dimensions(tuple(config.slices.dimensions)) if config.slices.dimensions else None
+        )
+        self._decode_live = (
+            self.dimensions.decode_live if self.dimensions is not None else decode_live
         )
 
     def decode(
@@ -137,16 +189,14 @@ class NativeDecoder:
         """A live event with its time, a judged message, a rejection, or None for a JSON
         object without ``type`` (another format's)."""
         try:
-            event: Native = decode_live(data)
+            event: Native = self._decode_live(data)
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._validated(data)
-        if type(event) is QueryEvent:
-            if not event.result_ids or not event.results_known:
-                contradiction = _unlisted(event, data)
-                if contradiction is not None:
-                    return contradiction
-            if self.dimensions is not None:
-                event = self._with_dimensions(event, data)
+        # a query (of a subclass with [slices] dimensions) without a logged list
+        if isinstance(event, QueryEvent) and (not event.result_ids or not event.results_known):
+            contradiction = _unlisted(event, data)
+            if contradiction is not None:
+                return contradiction
         stamp = event.timestamp
         if type(stamp) is int:  # in range: msgspec checked it
             return stamp / 1000.0, event
@@ -171,7 +221,7 @@ class NativeDecoder:
             contradiction = _unlisted(live, data)
             if contradiction is not None:
                 return contradiction
-            if self.dimensions is not None:
+            if self.dimensions is not None:  # its top-level fields, in attributes
                 live = self._with_dimensions(live, data)
         time = self.timestamps.read(live.timestamp)
         return time if type(time) is Rejection else (time, live)
