@@ -6,26 +6,27 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from monitor.cli.common import EXIT_OK, UsageError, parse_time
 
+if TYPE_CHECKING:
+    from monitor.inputs.generate import Mix, Regression
+
 
 def command(args: argparse.Namespace) -> int:
-    from monitor.inputs.generate import Regression, Traffic, World, messages
+    from monitor.inputs.generate import Traffic, World, messages
 
-    world = World.build(args.seed)
     start = _start(args, Traffic().start)
+    mixes = _mixes(args)
     traffic = Traffic(
         seed=args.seed, start=start, sessions_per_second=args.sessions_per_second,
         duration=args.duration, malformed_rate=args.malformed_rate,
         duplicate_rate=args.duplicate_rate, judged_every=args.judged_every,
-        judged_queries=args.judged_queries, qrels=args.qrels,
-        regression=(Regression(
-            args.regression_class, start + args.regression_after,
-            start + args.regression_until if args.regression_until is not None else None,
-        ) if args.regression_class else None),
+        judged_queries=args.judged_queries, qrels=args.qrels, mixes=mixes,
+        regression=_regression(args, start, mixes),
     )
-    stream = messages(world, traffic)
+    stream = messages(World.build(args.seed), traffic)
     if args.kafka:
         from kafka import KafkaProducer
 
@@ -44,6 +45,46 @@ def command(args: argparse.Namespace) -> int:
         if args.output:
             out.close()
     return EXIT_OK
+
+
+def _mixes(args: argparse.Namespace) -> tuple[Mix, ...]:
+    """The slices' mixes: ``--platforms``, ``--locales`` and ``--variants``, each the
+    default where not given."""
+    from monitor.inputs.generate import DEFAULT_MIXES, parse_mix
+
+    given = {"platform": ("--platforms", args.platforms),
+             "locale": ("--locales", args.locales),
+             "variant": ("--variants", args.variants)}
+    mixes = []
+    for default in DEFAULT_MIXES:
+        option, text = given[default.dimension]
+        if text is None:
+            mixes.append(default)
+            continue
+        try:
+            mixes.append(parse_mix(default.dimension, text))
+        except ValueError as error:
+            raise UsageError(f"generate: {option} {text!r}: {error}") from None
+    return tuple(mixes)
+
+
+def _regression(args: argparse.Namespace, start: float,
+                mixes: tuple[Mix, ...]) -> Regression | None:
+    """The injected regression: of ``--regression-class``, of ``--regression-slice``, or of
+    the class within the slice; none when neither is given."""
+    from monitor.inputs.generate import Regression, parse_slice
+
+    try:
+        attributes = parse_slice(args.regression_slice or (), mixes)
+    except ValueError as error:
+        raise UsageError(f"generate: --regression-slice: {error}") from None
+    if not args.regression_class and not attributes:
+        return None
+    return Regression(
+        args.regression_class or None, start + args.regression_after,
+        start + args.regression_until if args.regression_until is not None else None,
+        attributes,
+    )
 
 
 def _start(args: argparse.Namespace, default: float) -> float:

@@ -292,7 +292,8 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         help="realistic synthetic traffic and judged samples, as JSONL or to Kafka",
         description="Seeded, reproducible traffic: Zipf-like query popularity, classes, "
         "sessions with reformulations, cascade-model clicks, dwell, conversions, a trickle of "
-        "malformed and duplicated messages, judged samples and qrels.",
+        "malformed and duplicated messages, judged samples and qrels; each session has a "
+        "platform, a locale and an experiment variant.",
     )
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("--duration", type=parse_duration, default=3600.0,
@@ -307,7 +308,17 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
                      help="event time between judged samples (default: none)")
     gen.add_argument("--judged-queries", type=int, default=300)
     gen.add_argument("--qrels", action="store_true", help="start with qrels messages")
-    gen.add_argument("--regression-class", help="class whose results get shuffled")
+    gen.add_argument("--platforms", metavar="MIX", help="each session's platform, drawn "
+                     "from name:weight,... (default ios:0.3,android:0.3,web:0.4)")
+    gen.add_argument("--locales", metavar="MIX", help="each session's locale (default "
+                     "en-US:0.5,de-DE:0.2,fr-FR:0.15,ja-JP:0.15)")
+    gen.add_argument("--variants", metavar="MIX", help="each session's experiment variant "
+                     "(default control:0.5,treatment:0.5)")
+    gen.add_argument("--regression-class", help="class whose results get shuffled (default: "
+                     "every class of --regression-slice)")
+    gen.add_argument("--regression-slice", metavar="K=V", action="append",
+                     help="confine the regression to the sessions of this slice "
+                     "(platform=ios; comma-separated or repeated: all must match)")
     gen.add_argument("--regression-after", type=parse_duration, default=1800.0,
                      help="event time until the bug ships (default 30m)")
     gen.add_argument("--regression-until", type=parse_duration,

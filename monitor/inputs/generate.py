@@ -5,9 +5,15 @@ torso, tail), each with a pool of documents of hidden graded relevance, and a ra
 orders them with some noise. Users arrive in sessions of a few queries, scan results under a
 cascade click model (examination falls with position, clicks and satisfaction follow the
 hidden relevance), dwell long when satisfied, sometimes convert, and reformulate when not.
-Judged samples label the served rankings with the same hidden relevance. A scenario can
-inject a regression: from a given time, one class's rankings are shuffled, which moves its
-online and offline metrics the way a ranking bug would.
+Judged samples label the served rankings with the same hidden relevance. Each session
+belongs to a slice (a platform, a locale, an experiment variant, drawn from a mix) which
+its query events carry as ``attributes``. A scenario can inject a regression: from a given
+time, the rankings of one class, of one slice, or of one class within one slice are
+shuffled, which moves their online and offline metrics the way a ranking bug would.
+
+The slices are drawn from a random stream of their own: the rest of the traffic (queries,
+clicks, times, ids) is the same for a given seed whatever the mix, and as it was before
+queries carried attributes.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ import itertools
 import json
 import random
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from math import isfinite
 from typing import NamedTuple
 
 # class -> (share of queries, terms range, zero-result probability, relevance profile, converts)
@@ -43,6 +50,89 @@ SATISFACTION = (0.05, 0.35, 0.65, 0.9)  # stop after the click, by grade
 JUDGE_NOISE = 0.1  # probability that a judged label is off by one grade
 RESULTS_PER_PAGE = 10
 POOL = 30
+ATTRIBUTES_KEY = b',"attributes":{'  # the last key of a query event that has a slice
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """A dimension of the slices and how its values are drawn: each session gets one value,
+    with a probability proportional to its weight. Prints as it is written on the command
+    line (``ios:0.3,android:0.3,web:0.4``)."""
+
+    dimension: str
+    values: tuple[str, ...]
+    weights: tuple[float, ...]
+
+    def draw(self, rng: random.Random) -> str:
+        return rng.choices(self.values, self.weights)[0]
+
+    def drawn(self) -> tuple[str, ...]:
+        """The values that can be drawn (a weight of 0 is never drawn)."""
+        return tuple(v for v, w in zip(self.values, self.weights, strict=True) if w > 0)
+
+    def __str__(self) -> str:
+        return ",".join(f"{v}:{w:g}" for v, w in zip(self.values, self.weights, strict=True))
+
+
+DEFAULT_MIXES = (
+    Mix("platform", ("ios", "android", "web"), (0.3, 0.3, 0.4)),
+    Mix("locale", ("en-US", "de-DE", "fr-FR", "ja-JP"), (0.5, 0.2, 0.15, 0.15)),
+    Mix("variant", ("control", "treatment"), (0.5, 0.5)),
+)
+"""The slices of generated sessions unless told otherwise."""
+MIX_SYNTAX = "name:weight,... (ios:0.3,android:0.3,web:0.4; weights are relative)"
+SLICE_SYNTAX = "dimension=value,... (platform=ios,locale=de-DE)"
+
+
+def parse_mix(dimension: str, text: str) -> Mix:
+    """``name:weight,...`` as the mix of ``dimension``; ``ValueError`` saying what is wrong
+    and what is accepted. Weights are relative (they need not add up to 1), at least one of
+    them positive; a name appears once."""
+    values: list[str] = []
+    weights: list[float] = []
+    for item in text.split(","):
+        name, colon, weight = item.strip().rpartition(":")
+        if not colon or not name.strip():
+            raise ValueError(f"{item.strip()!r} is not name:weight; expected {MIX_SYNTAX}")
+        try:
+            number = float(weight)
+        except ValueError:
+            number = float("nan")
+        if not isfinite(number) or number < 0:
+            raise ValueError(f"the weight of {name.strip()!r} ({weight.strip()!r}) is not a "
+                             f"number >= 0; expected {MIX_SYNTAX}")
+        if name.strip() in values:
+            raise ValueError(f"{name.strip()!r} is given twice; expected {MIX_SYNTAX}")
+        values.append(name.strip())
+        weights.append(number)
+    if not any(weights):
+        raise ValueError(f"every weight is 0; expected {MIX_SYNTAX}")
+    return Mix(dimension, tuple(values), tuple(weights))
+
+
+def parse_slice(texts: Sequence[str], mixes: Sequence[Mix]) -> tuple[tuple[str, str], ...]:
+    """``dimension=value`` pairs (each text comma-separated) naming a slice of ``mixes``, in
+    the order given; ``ValueError`` for a pair that is not one, a dimension not in the mixes
+    or given twice, or a value its mix never draws (no session would be in the slice)."""
+    by_dimension = {mix.dimension: mix for mix in mixes}
+    pairs: dict[str, str] = {}
+    for text in texts:
+        for item in text.split(","):
+            dimension, equals, value = (part.strip() for part in item.partition("="))
+            if not equals or not dimension or not value:
+                raise ValueError(f"{item.strip()!r} is not dimension=value; expected "
+                                 f"{SLICE_SYNTAX}")
+            mix = by_dimension.get(dimension)
+            if mix is None:
+                raise ValueError(f"no dimension {dimension!r} (the dimensions: "
+                                 f"{', '.join(by_dimension) or 'none'})")
+            if value not in mix.drawn():
+                raise ValueError(f"{dimension} {value!r} is never drawn (the {dimension} mix: "
+                                 f"{mix})")
+            if dimension in pairs:
+                raise ValueError(f"{dimension} is given twice (a session has one {dimension})")
+            pairs[dimension] = value
+    return tuple(pairs.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +147,26 @@ class SimQuery:
 @dataclass(frozen=True, slots=True)
 class Regression:
     """From ``start`` (epoch seconds) until ``end`` (None: the end of the traffic), results
-    of class ``klass`` are shuffled."""
+    of class ``klass`` (None: of every class) are shuffled in the sessions that have every
+    one of ``attributes`` (``(("platform", "ios"),)``; none: in every session). A regression
+    confined to a slice leaves judged samples alone: they belong to no slice."""
 
-    klass: str
+    klass: str | None
     start: float
     end: float | None = None
+    attributes: tuple[tuple[str, str], ...] = ()
 
-    def active(self, klass: str, time: float) -> bool:
-        return klass == self.klass and time >= self.start and (
-            self.end is None or time < self.end
-        )
+    def active(self, klass: str, time: float,
+               attributes: Mapping[str, str] | None = None) -> bool:
+        """Whether a query of ``klass`` at ``time`` in a session of ``attributes`` (None: a
+        judged sample's query, which has no slice) is served shuffled results."""
+        if self.klass is not None and klass != self.klass:
+            return False
+        if self.attributes and (attributes is None or any(
+            attributes.get(dimension) != value for dimension, value in self.attributes
+        )):
+            return False
+        return time >= self.start and (self.end is None or time < self.end)
 
 
 @dataclass
@@ -105,10 +205,13 @@ class World:
         return self.queries[bisect_left(self.cumulative, rng.random() * self.cumulative[-1])]
 
     def served(self, query: SimQuery, time: float, regression: Regression | None,
-               rng: random.Random) -> tuple[str, ...]:
+               rng: random.Random, attributes: Mapping[str, str] | None = None,
+               ) -> tuple[str, ...]:
+        """The results served for ``query`` at ``time`` in a session of ``attributes``
+        (None: a judged sample's)."""
         if query.zero_result:
             return ()
-        if regression is not None and regression.active(query.klass, time):
+        if regression is not None and regression.active(query.klass, time, attributes):
             pool = list(query.relevance)
             return tuple(rng.sample(pool, RESULTS_PER_PAGE))
         return query.ranking
@@ -133,6 +236,9 @@ class Traffic:
     malformed_rate: float = 0.001
     duplicate_rate: float = 0.001
     regression: Regression | None = None
+    mixes: tuple[Mix, ...] = DEFAULT_MIXES
+    """The slices' dimensions and how their values are drawn per session; none: query
+    events carry no ``attributes``."""
     judged_every: float = 0.0  # seconds of event time between judged samples; 0: none
     judged_queries: int = 200
     qrels: bool = False  # start with qrels messages for the judged queries (live evaluation)
@@ -174,6 +280,7 @@ def events(world: World, traffic: Traffic) -> Iterator[tuple[float, str, bytes]]
 def messages(world: World, traffic: Traffic) -> Iterator[Message]:
     """The generated messages in time order, each saying which topic it is for."""
     rng = random.Random(traffic.seed)
+    slices = random.Random(f"slices {traffic.seed}")  # its own stream: see the module's doc
     counter = itertools.count()
     heap: list[tuple[float, int, str, bytes]] = []
     next_session = traffic.start
@@ -194,7 +301,9 @@ def messages(world: World, traffic: Traffic) -> Iterator[Message]:
     while True:
         if next_session < end and (not heap or next_session <= heap[0][0]):
             session_id = f"s{tag}{next(counter):09d}-{traffic.seed}"
-            for item in _session(world, traffic, rng, session_id, next_session, counter):
+            attributes = {mix.dimension: mix.draw(slices) for mix in traffic.mixes}
+            for item in _session(world, traffic, rng, session_id, attributes, next_session,
+                                 counter):
                 heapq.heappush(heap, item)
             next_session += rng.expovariate(traffic.sessions_per_second)
             continue
@@ -215,20 +324,22 @@ def messages(world: World, traffic: Traffic) -> Iterator[Message]:
 
 
 def _session(
-    world: World, traffic: Traffic, rng: random.Random, session_id: str, start: float,
-    counter: Iterator[int],
+    world: World, traffic: Traffic, rng: random.Random, session_id: str,
+    attributes: dict[str, str], start: float, counter: Iterator[int],
 ) -> Iterator[tuple[float, int, str, bytes]]:
     time, ids = start, traffic.ids
     query = world.pick(rng)
     for _ in range(1 + min(int(rng.expovariate(0.8)), 6)):
         query_id = f"q{ids}{next(counter):010d}"
-        results = world.served(query, time, traffic.regression, rng)
-        event = {
+        results = world.served(query, time, traffic.regression, rng, attributes)
+        event: dict[str, object] = {
             "type": "query", "event_id": f"e{ids}{next(counter):010d}", "timestamp": rfc3339(time),
             "session_id": session_id, "query_id": query_id, "query_text": query.text,
             "result_ids": list(results), "result_count": len(results) * 37 if results else 0,
             "query_class": query.klass, "latency_ms": round(rng.lognormvariate(3.5, 0.6), 1),
         }
+        if attributes:
+            event["attributes"] = attributes  # last: see _malformed
         yield time, next(counter), session_id, _dump(event)
         satisfied = False
         click_time = time
@@ -302,8 +413,10 @@ def _judge(rng: random.Random, grade: int) -> int:
 
 def _malformed(rng: random.Random, line: bytes) -> bytes:
     kind = rng.randrange(5)
-    if kind == 0:
-        return line[: rng.randrange(1, max(2, len(line) - 1))]  # truncated
+    if kind == 0:  # truncated
+        # the cut is drawn within the line as it was before queries carried attributes: the
+        # same draw, so that the messages after it stay as they were for a given seed
+        return line[: rng.randrange(1, max(2, _unsliced_length(line) - 1))]
     if kind == 1:
         return line.replace(b'"type":"', b'"type":"bogus_', 1)  # unknown type
     if kind == 2:
@@ -311,6 +424,12 @@ def _malformed(rng: random.Random, line: bytes) -> bytes:
     if kind == 3:
         return line.replace(b'"session_id"', b'"session"', 1)  # missing field
     return b"\x00\xff garbage"
+
+
+def _unsliced_length(line: bytes) -> int:
+    """The length of ``line`` without its ``attributes``, its last key when it has them."""
+    at = line.rfind(ATTRIBUTES_KEY)
+    return len(line) if at < 0 else at + 1
 
 
 def _dump(event: dict[str, object]) -> bytes:
