@@ -33,10 +33,14 @@ from monitor.run.daemon import Daemon
 EVENTS, JUDGMENTS, DEAD = "search-events", "search-judgments", "search-dead-letters"
 
 
+SLICE_REGRESSION = (("platform", "ios"),)
+"""The demo's second bug: an iOS release that breaks the results of every class on iOS."""
+
+
 def run_demo(
     *, listen: str, accelerate: float, regression_class: str | None, regression_after: float,
     duration: float | None, seed: int, prometheus_listen: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO = sys.stdout, slice_regression_after: float | None = 14400.0,
 ) -> int:
     # Ctrl-C and SIGTERM stop it, also when it was started with SIGINT ignored (as a
     # background job of a script, which inherits that from the shell)
@@ -58,6 +62,7 @@ def run_demo(
             "input": {"rejection_log_limit": 0},  # counted in the view, not logged over it
             # event time runs ahead of the wall clock, accelerated: not a wrong clock here
             "sessions": {"max_future": 10 * 365 * 86400.0},
+            "slices": {"dimensions": ["platform", "locale", "variant"]},
         })
         daemon = Daemon(config)
         world = World.build(seed)
@@ -67,6 +72,9 @@ def run_demo(
             judged_every=3600.0, judged_queries=300, qrels=True,
             regression=(Regression(regression_class, start + regression_after)
                         if regression_class else None),
+            more_regressions=(
+                Regression(None, start + slice_regression_after, attributes=SLICE_REGRESSION),
+            ) if slice_regression_after is not None else (),
         )
         threads = [
             threading.Thread(target=daemon.run, name="daemon", daemon=True),
@@ -82,6 +90,9 @@ def run_demo(
               f"event time x{accelerate:g}"
               + (f", {regression_class} results shuffled after "
                  f"{regression_after / 3600:g} h of event time" if regression_class else "")
+              + (", every class's results shuffled on platform=ios after "
+                 f"{slice_regression_after / 3600:g} h" if slice_regression_after is not None
+                 else "")
               + "; Ctrl-C to stop", file=out, flush=True)
         began = time.monotonic()
         previous: dict[str, tuple[float, int]] = {}
@@ -193,21 +204,24 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
             return lambda name: sum(f.count(name) for f in view.slices if f.slice in slices)
         return hour.counts(slices).__getitem__
 
-    rows = sorted((figures.slice[0], counter([figures.slice])) for figures in view.slices)
+    of_class: dict[str, list[Slice]] = {}
+    for figures in view.slices:
+        of_class.setdefault(figures.slice[0], []).append(figures.slice)
+    rows = sorted((name, counter(slices)) for name, slices in of_class.items())
     overall = ALL, counter([figures.slice for figures in view.slices])
     for name, count in [*rows, overall]:
         queries = count("queries") or 0
         if name != ALL and not queries:
             continue
-        ndcg = next((
+        ndcg = next((  # judged samples carry no dimension: one mean per class
             m.mean for m in offline.means
-            if m.slice == (name,) and m.source == "sample" and m.window == 1
+            if m.slice[0] == name and m.source == "sample" and m.window == 1
             and m.measure == measure
         ), None)
         verdicts = [
             v.measure + (f" since {rfc3339(v.since_time)[11:16]} ({v.flagged_samples} samples)"
                          if v.since_time is not None else "")
-            for v in offline.verdicts if v.slice == (name,) and v.regression
+            for v in offline.verdicts if v.slice[0] == name and v.regression
         ]
         total = sum(f.count("queries") for f in view.slices if name in (ALL, f.slice[0]))
         now = time.monotonic()
@@ -223,6 +237,20 @@ def _view(daemon: Daemon, previous: dict[str, tuple[float, int]], out: TextIO) -
             f"{(f'{ndcg:.3f}' if ndcg is not None else '-'):>9}  "
             + ("REGRESSION " + ", ".join(verdicts) if verdicts else "-")
         )
+    if "platform" in view.labels:  # the online figures per platform, over every class
+        at = view.labels.index("platform")
+        lines.append(f"{'platform':<14}{'':>7}{'queries':>9}{'CTR':>7}{'zero-res':>9}"
+                     f"{'abandon':>9}{'success':>9}")
+        for value in sorted({f.slice[at] for f in view.slices}):
+            count = counter([f.slice for f in view.slices if f.slice[at] == value])
+            queries = count("queries") or 0
+            if queries:
+                lines.append(
+                    f"{value:<14}{'':>7}{queries:>9}{_pct(ratio('ctr', count)):>7}"
+                    f"{_pct(ratio('zero_result_rate', count)):>9}"
+                    f"{_pct(ratio('abandonment_rate', count)):>9}"
+                    f"{_pct(ratio('session_success_rate', count)):>9}"
+                )
     report = daemon.coordinator.queries or {}
     for name in sorted({v.slice[0] for v in offline.verdicts if v.regression} - {ALL}):
         worsened = next((

@@ -204,14 +204,14 @@ class World:
     def pick(self, rng: random.Random) -> SimQuery:
         return self.queries[bisect_left(self.cumulative, rng.random() * self.cumulative[-1])]
 
-    def served(self, query: SimQuery, time: float, regression: Regression | None,
+    def served(self, query: SimQuery, time: float, regressions: Sequence[Regression],
                rng: random.Random, attributes: Mapping[str, str] | None = None,
                ) -> tuple[str, ...]:
         """The results served for ``query`` at ``time`` in a session of ``attributes``
-        (None: a judged sample's)."""
+        (None: a judged sample's), shuffled while one of ``regressions`` is active."""
         if query.zero_result:
             return ()
-        if regression is not None and regression.active(query.klass, time, attributes):
+        if any(r.active(query.klass, time, attributes) for r in regressions):
             pool = list(query.relevance)
             return tuple(rng.sample(pool, RESULTS_PER_PAGE))
         return query.ranking
@@ -236,6 +236,8 @@ class Traffic:
     malformed_rate: float = 0.001
     duplicate_rate: float = 0.001
     regression: Regression | None = None
+    more_regressions: tuple[Regression, ...] = ()
+    """Regressions besides ``regression`` (the demo's: one class, and one slice)."""
     mixes: tuple[Mix, ...] = DEFAULT_MIXES
     """The slices' dimensions and how their values are drawn per session; none: query
     events carry no ``attributes``."""
@@ -246,6 +248,11 @@ class Traffic:
     """What the event, query and session ids start with; None: the seed and the start
     (``run_tag``), so that two runs into one daemon share no id. ``""``: the ids of the
     first releases, which the committed checkpoints of ``tests/data`` were written from."""
+
+    @property
+    def regressions(self) -> tuple[Regression, ...]:
+        return (*((self.regression,) if self.regression is not None else ()),
+                *self.more_regressions)
 
     @property
     def ids(self) -> str:
@@ -331,7 +338,7 @@ def _session(
     query = world.pick(rng)
     for _ in range(1 + min(int(rng.expovariate(0.8)), 6)):
         query_id = f"q{ids}{next(counter):010d}"
-        results = world.served(query, time, traffic.regression, rng, attributes)
+        results = world.served(query, time, traffic.regressions, rng, attributes)
         event: dict[str, object] = {
             "type": "query", "event_id": f"e{ids}{next(counter):010d}", "timestamp": rfc3339(time),
             "session_id": session_id, "query_id": query_id, "query_text": query.text,
@@ -384,7 +391,7 @@ def _judged_sample(
     ids = traffic.ids
     for index in _judged_set(world, traffic):
         query = world.queries[index]
-        ranking = world.served(query, time, traffic.regression, rng)
+        ranking = world.served(query, time, traffic.regressions, rng)
         judged = sorted(set(ranking) | set(rng.sample(list(query.relevance), 10)))
         labels = {doc: _judge(rng, query.relevance[doc]) for doc in judged}
         yield _dump({
