@@ -156,7 +156,16 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         help="JSONL file of judgment / qrels messages, replayed after the events (repeatable)",
     )
     rp.add_argument("--config", type=Path, help="TOML configuration (default: built-in)")
-    rp.add_argument("--report", choices=("json", "table"), default="table")
+    rp.add_argument(
+        "--report", choices=("json", "table", "openmetrics"), default="table",
+        help="the report as a table, as JSON, or the OpenMetrics text of /metrics (default "
+        "table)",
+    )
+    rp.add_argument(
+        "--step", type=_step, metavar="DURATION",
+        help="with --report openmetrics: a sample of every series at every step of event "
+        "time (5m, 1h, ...), timestamped, for promtool tsdb create-blocks-from openmetrics",
+    )
     rp.add_argument(
         "--serve", action="store_true",
         help="keep serving the status page (/), /queries and /metrics on [http] listen "
@@ -378,6 +387,18 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _step(text: str) -> float:
+    from monitor.config import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}, got {text!r}") from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"expected a step of at least 1s, got {text!r}")
+    return seconds
 
 
 def _relevance_level(text: str) -> int:

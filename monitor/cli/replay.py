@@ -9,15 +9,21 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from monitor.cli.common import EXIT_OK, UsageError, load, setup_logging, wait_for_signal
 from monitor.config import Config
 from monitor.core.admission import OutOfOrder, feed
-from monitor.core.export import export
+from monitor.core.export import Export, export
 from monitor.core.history import History
 from monitor.core.pipeline import Pipeline, RejectionLog
 from monitor.inputs.files import Line, lines, sorted_lines
+
+if TYPE_CHECKING:
+    from monitor.serve.openmetrics import Steps
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +43,40 @@ def replay_files(
     return pipeline
 
 
+class Sampler(Protocol):
+    """What keeps exports as the events' time passes: ``History``, the steps of
+    ``--report openmetrics --step`` (``monitor.serve.openmetrics.Steps``)."""
+
+    def due_from(self) -> float: ...
+    def due(self, newest: float | None) -> bool: ...
+    def observe(self, figures: Export) -> None: ...
+    def clear(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Samplers:
+    """Several samplers fed the same exports: each keeps those due to it."""
+
+    each: tuple[Sampler, ...]
+
+    def due_from(self) -> float:
+        return min(sampler.due_from() for sampler in self.each)
+
+    def due(self, newest: float | None) -> bool:
+        return any(sampler.due(newest) for sampler in self.each)
+
+    def observe(self, figures: Export) -> None:
+        for sampler in self.each:
+            sampler.observe(figures)
+
+    def clear(self) -> None:
+        for sampler in self.each:
+            sampler.clear()
+
+
 def replay_input(
     config: Config, events: list[Path], judgments: list[Path], log: RejectionLog,
-    history: History | None = None,
+    history: Sampler | None = None,
 ) -> Pipeline:
     """``replay_files`` but for the sessions still open at the end of the input, which stay
     open (as in a daemon that read as far: ``close()`` ends them). With ``history``, the
@@ -79,7 +116,7 @@ def replay_input(
     return pipeline
 
 
-def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) -> Iterable[Line]:
+def sampled(lines: Iterable[Line], pipeline: Pipeline, history: Sampler | None) -> Iterable[Line]:
     """``lines``, and before each the pipeline's counters into ``history`` when its newest
     event time entered a step of the history not yet sampled; without a history, ``lines``
     as they are (no layer per line)."""
@@ -88,7 +125,7 @@ def sampled(lines: Iterable[Line], pipeline: Pipeline, history: History | None) 
     return _sampling(lines, pipeline, history)
 
 
-def _sampling(lines: Iterable[Line], pipeline: Pipeline, history: History) -> Iterator[Line]:
+def _sampling(lines: Iterable[Line], pipeline: Pipeline, history: Sampler) -> Iterator[Line]:
     sessions = pipeline.sessions
     due_from = history.due_from()
     for line in lines:
@@ -104,12 +141,16 @@ def command(args: argparse.Namespace) -> int:
     from monitor.core.history import Recent, recent
     from monitor.core.pipeline import RejectionLog
     from monitor.run.tuning import tune_for_throughput
+    from monitor.serve.openmetrics import Steps
     from monitor.serve.page import Status
     from monitor.serve.queries import query_state
     from monitor.serve.report import format_json as format_replay_json
     from monitor.serve.report import format_table, report
     from monitor.serve.routes import serve
 
+    if args.step is not None and args.report != "openmetrics":
+        raise UsageError("--step: only with --report openmetrics (it times the samples of "
+                         "the exposition)")
     config = load(args.config)
     setup_logging(args, "info", config)
     rejections = RejectionLog(config.input.rejection_log_limit)
@@ -118,16 +159,26 @@ def command(args: argparse.Namespace) -> int:
         if not os.access(path, os.R_OK) or path.is_dir():
             raise UsageError(f"cannot read {path}: not a readable file")
     history = History() if args.serve else None
+    steps = Steps(args.step) if args.step is not None else None
+    samplers = tuple(s for s in (history, steps) if s is not None)
     try:
-        pipeline = replay_input(config, args.events, args.judgments, rejections, history)
+        pipeline = replay_input(config, args.events, args.judgments, rejections,
+                                Samplers(samplers) if samplers else None)
     except OSError as error:
         raise UsageError(f"cannot read {error.filename}: {error.strerror or error}") from None
     # the last hour as the daemon would show it: sessions count when they end, and those
     # still open at the end of the input end only now, all at once
-    last_hour = recent(history, export(pipeline)) if history is not None else Recent()
+    before_close = export(pipeline)
+    last_hour = recent(history, before_close) if history is not None else Recent()
+    if steps is not None:
+        steps.observe(before_close)
     pipeline.close()
     result = report(pipeline)
-    sys.stdout.write(format_replay_json(result) if args.report == "json" else format_table(result))
+    if args.report == "openmetrics":
+        write_openmetrics(export(pipeline), steps, sys.stdout)
+    else:
+        sys.stdout.write(format_replay_json(result) if args.report == "json"
+                         else format_table(result))
     sys.stdout.flush()
     if args.serve:
         figures = export(pipeline)
@@ -146,3 +197,24 @@ def command(args: argparse.Namespace) -> int:
         finally:
             server.close()
     return EXIT_OK
+
+
+def write_openmetrics(closed: Export, steps: Steps | None, out: TextIO) -> None:
+    """The OpenMetrics text of the closed state ``closed``; with ``steps``, the samples of
+    every step, the closed state the last one's."""
+    from monitor.serve.openmetrics import exposition
+
+    if steps is None:
+        out.write(exposition(closed))
+        return
+    steps.finish(closed)
+    if steps.first is None:
+        logger.warning("no event: no time to put samples at, the exposition is empty")
+    else:
+        logger.info("%d steps of %gs of event time from %s", steps.count, steps.step,
+                    _utc(steps.first))
+    steps.write(out)
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
