@@ -40,7 +40,7 @@ SLICE_REGRESSION = (("platform", "ios"),)
 def run_demo(
     *, listen: str, accelerate: float, regression_class: str | None, regression_after: float,
     duration: float | None, seed: int, prometheus_listen: str | None = None,
-    out: TextIO = sys.stdout, slice_regression_after: float | None = 14400.0,
+    out: TextIO = sys.stdout, slice_regression_after: float | None = 5400.0,
 ) -> int:
     # Ctrl-C and SIGTERM stop it, also when it was started with SIGINT ignored (as a
     # background job of a script, which inherits that from the shell)

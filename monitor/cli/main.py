@@ -231,9 +231,9 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
                       help="class whose results get shuffled ('' for none)")
     demo.add_argument("--regression-after", type=parse_duration, default=9000.0,
                       help="event time until the bug ships (default 2.5h)")
-    demo.add_argument("--slice-regression-after", type=parse_duration, default=14400.0,
+    demo.add_argument("--slice-regression-after", type=parse_duration, default=5400.0,
                       help="event time until an iOS release breaks every class's results "
-                      "on platform=ios (default 4h; 0: never)")
+                      "on platform=ios (default 1.5h; 0: never)")
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument(

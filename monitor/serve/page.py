@@ -446,13 +446,18 @@ def _queries(queries: Report, name: str, regressions: Collection[tuple[Slice, st
     labels = selection.labels
     parts = []
     groups: dict[Slice, list[dict[str, Any]]] = {}
+    whole = (name, *("" for _ in labels[1:]))  # the class over every slice
     for entry in [*queries.get("worsened", []), *queries.get("lists", [])]:
         values = _entry_slice(labels, entry)
-        whole = all(not v for v in values[1:])  # the class over every slice
-        if values[0] == name and (selection.holds(values) if selection.values else whole):
-            groups.setdefault(values, []).append(entry)
+        if values[0] != name:
+            continue
+        if selection.values:
+            if selection.holds(values):
+                groups.setdefault(values, []).append(entry)
+        elif values == whole or "source" in entry:  # the worsened queries of every slice
+            groups.setdefault(whole, []).append(entry)
     if not groups:
-        groups[(name, *("" for _ in labels[1:]))] = []
+        groups[whole] = []
     for values, entries in groups.items():
         parts.append(_slice_queries(values, entries, regressions, labels))
     return "".join(parts)
@@ -471,8 +476,11 @@ def _slice_queries(values: Slice, entries: list[dict[str, Any]],
         else:
             title = (f"{escape(entry['measure'])} worsened: live qrels join, last "
                      f"{escape(entry['window'])} against the {escape(entry['window'])} before")
+        own = _entry_slice(labels, entry)
+        if own != values:  # a slice's, shown with its class
+            title += f" · {escape(_slice_text(labels, own))}"
         change = "{:+.3f}"
-        if (values, entry["measure"]) in regressions:
+        if (own, entry["measure"]) in regressions:
             title += " <span class=bad>REGRESSION</span>"
             change = "<span class=bad>{:+.3f}</span>"
         parts.append(f"<div><h3>{title}</h3>" + _table(

@@ -39,10 +39,9 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
         deadline = time.monotonic() + 110
         while time.monotonic() < deadline:
             values = scrape(port)
-            flag = values.get('search_judged_regression{measure="nDCG@10",'
-                              'query_class="navigational"}')
-            lasting = values.get('search_judged_regression_samples{measure="nDCG@10",'
-                                 'query_class="navigational"}', 0.0)
+            flag = judged(values, "search_judged_regression").get(("navigational", "nDCG@10"))
+            lasting = judged(values, "search_judged_regression_samples").get(
+                ("navigational", "nDCG@10"), 0.0)
             # the default baseline keeps the regression flagged at the samples after it
             if flag == 1.0 and lasting >= 2:
                 # the worsened queries come with the checkpoint that exported the flag
@@ -59,13 +58,14 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
         output, _ = demo.communicate(timeout=60)
     assert demo.returncode == 0, output
     classes = ("navigational", "informational", "product", "local")
+    queries: dict[str, float] = {}
+    for name, labels, value in labelled(values):
+        if name == "search_queries_total":
+            queries[labels["query_class"]] = queries.get(labels["query_class"], 0.0) + value
+            assert set(labels) == {"query_class", "platform", "locale", "variant"}
     for klass in classes:
-        assert values[f'search_queries_total{{query_class="{klass}"}}'] > 0, klass
-    flags = {
-        (m["c"], m["m"]): value for key, value in values.items()
-        if (m := re.match(r'search_judged_regression\{measure="(?P<m>[^"]+)",'
-                          r'query_class="(?P<c>[^"]+)"\}', key))
-    }
+        assert queries[klass] > 0, klass
+    flags = judged(values, "search_judged_regression")
     assert flags[("navigational", "nDCG@10")] == 1.0
     for (klass, measure), value in flags.items():
         if klass in classes and klass != "navigational":
@@ -77,6 +77,26 @@ def test_demo_shows_every_class_and_flags_the_regressed_one() -> None:
     assert first["rows"][0]["query"] in page and "nDCG@10 worsened: sample" in page
     assert f"status page http://127.0.0.1:{port}/" in output
     assert "worsened navigational queries (nDCG@10)" in output
+    # the iOS release: the last view's per-platform rows show ios clicked far less
+    ctr = {row[0]: float(row[2].rstrip("%")) for line in output.splitlines()
+           if (row := line.split()) and row[0] in ("ios", "android", "web") and len(row) >= 3}
+    assert set(ctr) == {"ios", "android", "web"}, output[-2000:]
+    assert ctr["ios"] < 0.8 * min(ctr["android"], ctr["web"]), ctr
+
+
+def labelled(values: dict[str, float]) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a scrape as (name, labels, value)."""
+    out = []
+    for key, value in values.items():
+        name, _, rest = key.partition("{")
+        out.append((name, dict(re.findall(r'([a-z_]+)="([^"]*)"', rest)), value))
+    return out
+
+
+def judged(values: dict[str, float], family: str) -> dict[tuple[str, str], float]:
+    """A judged family by (class, measure); the judged samples carry no dimension."""
+    return {(labels["query_class"], labels["measure"]): value
+            for name, labels, value in labelled(values) if name == family}
 
 
 def test_the_demo_refuses_a_busy_port_in_one_line() -> None:
