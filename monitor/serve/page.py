@@ -22,7 +22,7 @@ from html import escape
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
-from monitor.config import PAGE_REFRESH
+from monitor.config import PAGE_REFRESH, UNKNOWN
 from monitor.core.classes import ALL
 from monitor.core.export import AcceptanceFigures, Export, Slice, SliceFigures
 from monitor.core.history import Period, Recent
@@ -428,9 +428,11 @@ def _sparkline(means: Sequence[float], regression: bool) -> str:
 
 
 def _slice_text(labels: Sequence[str], values: Slice) -> str:
-    """A slice for a reader: its class, then ``dimension=value`` for each value it has."""
+    """A slice for a reader: its class, then ``dimension=value`` for each value it has
+    (``unknown``, the value of a judged sample that names none, left out)."""
     return " ".join([values[0], *(f"{label}={value}" for label, value in
-                                  zip(labels[1:], values[1:], strict=True) if value)])
+                                  zip(labels[1:], values[1:], strict=True)
+                                  if value and value != UNKNOWN)])
 
 
 def _entry_slice(labels: Sequence[str], entry: dict[str, Any]) -> Slice:

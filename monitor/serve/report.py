@@ -47,7 +47,7 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
                 value: _online_entry(p for p in figures.slices if p.slice[at] == value)
                 for value in sorted({part.slice[at] for part in figures.slices})
             }
-            for at, label in enumerate(labels) if at
+            for at, label in enumerate(labels)
         }, "folded_values": dict(figures.folded_values)}
     return {
         **dimensions,
@@ -152,15 +152,25 @@ def _columns(rows: list[list[str]]) -> str:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """A fixed-width table: one row per class, then ``all``; rejections below."""
-    rows = [["class", *(title for _, title, _ in TABLE_COLUMNS)]]
+    """A fixed-width table: one row per class, then ``all`` (with dimensions, then a table
+    per dimension, one row per value; every slice is in the JSON report); rejections below."""
     online = result["online"]
-    for name in [*sorted(n for n in online if n != "all"), "all"]:
-        entry = online[name]
-        rows.append([name, *(
-            "-" if entry[key] is None else fmt.format(entry[key]) for key, _, fmt in TABLE_COLUMNS
-        )])
-    text = _columns(rows)
+    tables = {"class": online}
+    if "by_dimension" in result:
+        tables = {name: {**values, "all": online["all"]}
+                  for name, values in result["by_dimension"].items()}
+        tables = {("class" if name == "query_class" else name): values
+                  for name, values in tables.items()}
+    text = ""
+    for title, entries in tables.items():
+        rows = [[title, *(title for _, title, _ in TABLE_COLUMNS)]]
+        for name in [*sorted(n for n in entries if n != "all"), "all"]:
+            entry = entries[name]
+            rows.append([name, *(
+                "-" if entry[key] is None else fmt.format(entry[key])
+                for key, _, fmt in TABLE_COLUMNS
+            )])
+        text += ("\n" if text else "") + _columns(rows)
     offline = result["offline"]
     if offline.get("all", {}).get("judged_queries"):
         text += "\njudged samples (all replayed):\n"
