@@ -431,6 +431,16 @@ class QueryListsConfig(Section):
     redact_patterns: list[str] = []
     """More regular expressions; each match becomes ``<redacted>``. They run after the
     built-in ones, on the first 400 characters those left (keys are cut at 200)."""
+    dimensions: list[str] = []
+    """``[slices]`` dimensions the lists are kept by besides the class (empty: by class):
+    each one multiplies the summaries kept and their cost per query."""
+
+    @field_validator("dimensions")
+    @classmethod
+    def _distinct(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("expected distinct dimension names")
+        return names
 
     @field_validator("windows")
     @classmethod
@@ -463,6 +473,14 @@ class Config(Section):
     offline: OfflineConfig = OfflineConfig()
     ubi: UbiConfig = UbiConfig()
     query_lists: QueryListsConfig = QueryListsConfig()
+
+    @model_validator(mode="after")
+    def _lists_by_slice_dimensions(self) -> Config:
+        strangers = set(self.query_lists.dimensions) - set(self.slices.dimensions)
+        if strangers:
+            raise ValueError(f"query_lists.dimensions: {sorted(strangers)} not in "
+                             "[slices] dimensions")
+        return self
 
 
 class ConfigError(Exception):

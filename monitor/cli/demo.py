@@ -63,6 +63,7 @@ def run_demo(
             # event time runs ahead of the wall clock, accelerated: not a wrong clock here
             "sessions": {"max_future": 10 * 365 * 86400.0},
             "slices": {"dimensions": ["platform", "locale", "variant"]},
+            "query_lists": {"dimensions": ["platform"]},  # /?platform=ios lists iOS's
         })
         daemon = Daemon(config)
         world = World.build(seed)

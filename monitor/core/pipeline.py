@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from monitor.config import Config
 from monitor.core.classes import ALL, NEW, OTHER, QueryClasses
@@ -193,12 +193,16 @@ class Pipeline:
         self._decode = self.decoders.read
         self._max_chars = config.input.max_query_chars
         self.slices = Slices.from_config(
-            QueryClasses.from_config(config.query_classes), config.slices
+            QueryClasses.from_config(config.query_classes), config.slices,
+            config.query_lists.dimensions,
         )
         self._dimensions = tuple(config.slices.dimensions)
         self._dimensions_of = dimensions(self._dimensions) if self._dimensions else None
         """How a query's dimension values are read (``values``) by the decoders' rule."""
         self._values = self._dimensions_of.values if self._dimensions_of else None
+        self._sliced_query = self._dimensions_of.query if self._dimensions_of else QueryEvent
+        """The query struct of the native decoder's fast path (``QueryEvent`` itself, or a
+        subclass with the dimensions' top-level fields)."""
         self.counters = OnlineCounters()
         for _ in self.slices.names:
             self.counters.add_class()
@@ -243,16 +247,18 @@ class Pipeline:
             time: float
             event: Live
             time, event = decoded  # type: ignore[assignment, misc]  # a live event and its time
-            if isinstance(event, QueryEvent):
+            kind = type(event)
+            if kind is QueryEvent or kind is self._sliced_query:
+                event = cast(QueryEvent, event)
                 declared = event.query_class
                 if self._plain:
                     klass = self._class_index.get(declared) if declared is not None else None
                     given: tuple[str, ...] = ()
                 else:
                     given = self._values(event) if self._values is not None else ()
-                    klass = self._slice_index.get((declared, *given)) if (
-                        declared is not None
-                    ) else None
+                    klass = None if declared is None else self._slice_index.get(
+                        (declared, *given)
+                    )
                 if klass is None:  # NEW (joining a set) only once the query is accepted
                     klass = self.slices.locate(
                         declared, cut_text(event.query_text, self._max_chars), given, time,
@@ -311,7 +317,9 @@ class Pipeline:
                 return None
             accepted, event = read
             sessions = self.sessions
-            if isinstance(event, QueryEvent):
+            query = accepted[1] == QUERY
+            if query:
+                event = cast(QueryEvent, event)
                 if event.event_id.startswith(QUERY_EVENT) and (
                     self._query_ids.get(event.query_id) == hash(
                         (event.session_id, event.query_text)
@@ -337,7 +345,8 @@ class Pipeline:
             if reason is not None:
                 return self._reject(reason, event)
             self.health.accepted += 1
-            if isinstance(event, QueryEvent):
+            if query:
+                event = cast(QueryEvent, event)
                 seen, ids = hash((event.session_id, event.query_text)), self._query_ids
                 known = ids.get(event.query_id)
                 if known is None:
@@ -350,7 +359,7 @@ class Pipeline:
                 klass = accepted[5]
                 counters = self.counters
                 counters.queries[klass] += 1
-                if self._dimensions and OTHER in self.slices.names[klass]:
+                if self._dimensions and OTHER in self._names[klass]:
                     folded = self.health.folded_values
                     for name in self.slices.folded(klass, self._given(event)):
                         folded[name] = folded.get(name, 0) + 1
@@ -408,10 +417,12 @@ class Pipeline:
         slices = self.slices
         self._class_index = slices.classes.index
         self._slice_index = slices.index
+        self._names = slices.names
         self._plain = slices.plain
         self.sessions.counters = self.counters
         self.sessions.served = self._join_live
         if self.lists is not None:
+            self.lists.of = slices.lists  # slice index -> index of its lists
             self.sessions.finished = self.lists.finished
             self.judged.show = self.lists.key  # judged keys are normalised: this redacts
 
@@ -438,7 +449,13 @@ class Pipeline:
         pipeline.health = Health.restore(layout, state.health)
         pipeline.judged = Judged.restore(layout, state.judged)
         if pipeline.lists is not None and state.queries is not None:
-            pipeline.lists = QueryLists.restore(layout, state.queries)
+            if pipeline.slices.lists_restarted:
+                log.warning("the query lists were kept by other dimensions ([query_lists] "
+                            "dimensions): they start over")
+            else:
+                pipeline.lists = QueryLists.restore(
+                    Layout(config, len(pipeline.slices.list_names)), state.queries
+                )
         pipeline._wire()
         return pipeline
 

@@ -67,8 +67,11 @@ def redactions(config: QueryListsConfig) -> Redactions:
 
 
 def settings_digest(config: QueryListsConfig) -> str:
-    """The settings the lists' state is laid out by: lists kept under others start anew."""
-    settings = config.model_dump(mode="json", exclude={"enabled", "top", "min_searches"})
+    """The settings the lists' state is laid out by: lists kept under others start anew.
+    (``dimensions`` is the slices' part: ``Slices.lists_restarted``.)"""
+    settings = config.model_dump(mode="json", exclude={
+        "enabled", "top", "min_searches", "dimensions",
+    })
     return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]
 
 
@@ -146,12 +149,18 @@ BATCH_KEYS = 4096
 """Distinct queries a batch gathers before it is added to the summaries."""
 
 
+SESSIONS_AT = 3
+"""Where a batch entry's session hashes begin (after its count, its flagged count and the
+flagged sessions)."""
+
+
 class _Batch:
     """Queries of one class gathered while their times stay in the same buckets of every
     window, added to those buckets' tallies at once: one weighted Space-Saving update per
     distinct query instead of one per search (the summaries' guarantees hold for weighted
-    updates). ``counts``: key -> [searches, zero-result searches or clicked ones, hashed
-    sessions, hashed sessions of those flagged (each at most ``min_sessions``)]."""
+    updates). ``counts``: key -> [searches, zero-result searches or clicked ones, the hashed
+    sessions of the zero-result ones (a set, or None), then the distinct hashed sessions
+    (each at most ``min_sessions``)]."""
 
     __slots__ = ("counts", "high", "low", "tallies")
 
@@ -191,6 +200,9 @@ class QueryLists:
         """Queries whose outcome is not known yet: query id -> key."""
         self._arrivals: dict[int, _Batch] = {}
         self._outcomes: dict[int, _Batch] = {}
+        self.of: Sequence[int] = range(2**31)
+        """Per slice index: the index the lists of its queries are kept under (set by the
+        pipeline: ``Slices.lists``; alone, the slice's own); the lists' indexes are those."""
         self._keys: dict[str, str] = {}
         """A bounded memo of text (up to ``MEMO_TEXT`` chars) -> key (normalising and
         redacting costs a few us)."""
@@ -212,7 +224,7 @@ class QueryLists:
         """An accepted query, on arrival."""
         key = self._keys.get(text) or self.key(text)  # the memo, without a call when it knows
         self.open[query_id] = key
-        self._gather(self._arrivals, True, klass, time, key, session_id, zero)
+        self._gather(self._arrivals, True, self.of[klass], time, key, session_id, zero)
 
     def finished(
         self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
@@ -220,7 +232,7 @@ class QueryLists:
         """A query left its session's memory: whether it got a click is final."""
         key = self.open.pop(query_id, None)
         if key is not None:
-            self._gather(self._outcomes, False, klass, time, key, session_id, clicked)
+            self._gather(self._outcomes, False, self.of[klass], time, key, session_id, clicked)
 
     def _gather(
         self, batches: dict[int, _Batch], arrivals: bool, klass: int, time: float, key: str,
@@ -234,19 +246,30 @@ class QueryLists:
         entry = batch.counts.get(key)
         # crc32(session_id.encode()) is ``monitor.core.heavy.session_hash``, inlined: per query
         if entry is None:
+            # one list per query: its count, flagged count, the flagged sessions (a set once
+            # one is, and only for arrivals: the zero-result list's k-anonymity), then its
+            # distinct session hashes inline (few objects held per batch)
             session = crc32(session_id.encode())
-            batch.counts[key] = [1, 1 if flag else 0, {session}, {session} if flag else set()]
+            batch.counts[key] = [
+                1, 1 if flag else 0, {session} if flag and arrivals else None, session
+            ]
             if len(batch.counts) >= BATCH_KEYS:
                 self._flush(batch, arrivals)
             return
         entry[0] += 1
         limit = self._min_sessions
-        if len(entry[2]) < limit:
-            entry[2].add(crc32(session_id.encode()))
+        if len(entry) < limit + SESSIONS_AT:
+            session = crc32(session_id.encode())
+            if session not in entry[SESSIONS_AT:]:
+                entry.append(session)
         if flag:
             entry[1] += 1
-            if len(entry[3]) < limit:  # the sessions that found nothing (arrivals)
-                entry[3].add(crc32(session_id.encode()))
+            if arrivals:  # the sessions that found nothing
+                flagged = entry[2]
+                if flagged is None:
+                    entry[2] = {crc32(session_id.encode())}
+                elif len(flagged) < limit:
+                    flagged.add(crc32(session_id.encode()))
 
     def _batch(self, batches: dict[int, _Batch], klass: int, time: float, arrivals: bool) -> (
         _Batch
@@ -267,14 +290,16 @@ class QueryLists:
         for tally in batch.tallies:
             if arrivals:
                 searches, zero = tally.searches, tally.zero
-                for key, (n, zeros, sessions, zero_sessions) in counts.items():
-                    searches.add_sessions(key, n, sessions)
-                    if zeros:
-                        zero.add_sessions(key, zeros, zero_sessions)
+                for key, entry in counts.items():
+                    # a set of them, as it was built (the summaries keep the same ones)
+                    searches.add_sessions(key, entry[0], set(entry[SESSIONS_AT:]))
+                    if entry[1]:
+                        zero.add_sessions(key, entry[1], entry[2])
             else:
                 outcomes, clicked_of = tally.outcomes, tally.clicked
-                for key, (n, clicked, sessions, _) in counts.items():
-                    evicted = outcomes.add_sessions(key, n, sessions)
+                for key, entry in counts.items():
+                    clicked = entry[1]
+                    evicted = outcomes.add_sessions(key, entry[0], set(entry[SESSIONS_AT:]))
                     if evicted is not None:
                         clicked_of.pop(evicted, None)
                     if clicked:

@@ -70,20 +70,24 @@ def _classes_1_to_2(document: Any) -> Any:
     """Version 1 held the class names alone: a slice per class, no dimension."""
     if isinstance(document, list):
         return {"classes": document, "dimensions": [], "values": [], "first": [],
-                "slices": [[name] for name in document]}
+                "slices": [[name] for name in document], "list_dimensions": [],
+                "lists": [[name] for name in document]}
     return document
 
 
 @dataclass(frozen=True)
 class SlicesState:
     """The class names (``QueryClasses``), each dimension's members with their first event
-    time (null: configured), and the label values of each slice index."""
+    time (null: configured), the label values of each slice index, and those of each index
+    of the query lists (the class and the ``list_dimensions``)."""
 
     classes: list[str]
     dimensions: list[str]
     values: list[list[str]]
     first: list[list[Float | None]]
     slices: list[list[str]]
+    list_dimensions: list[str]
+    lists: list[list[str]]
 
 
 @dataclass
@@ -106,16 +110,37 @@ class Slices:
     """Per label position: the value each slice relabelled ``other`` had (in memory only:
     a restart within the allowed lateness keeps the relabelling)."""
     _budget_logged: bool = False
+    lists_by: tuple[str, ...] = ()
+    """The dimensions the query lists are kept by (``[query_lists] dimensions``)."""
+    lists: list[int] = field(default_factory=list)
+    """Per slice index: the index of the query lists it counts into."""
+    list_names: list[Slice] = field(default_factory=list)
+    """Per index of the query lists: its class, then its values of ``lists_by``."""
+    list_index: dict[Slice, int] = field(default_factory=dict)
+    lists_restarted: bool = False
+    """``restore``: the state's lists were kept by other dimensions (they start over)."""
 
     @classmethod
-    def from_config(cls, classes: QueryClasses, config: SlicesConfig) -> Slices:
+    def from_config(
+        cls, classes: QueryClasses, config: SlicesConfig, lists_by: list[str] | None = None,
+    ) -> Slices:
         slices = cls(config, classes, [
             Dimension(name, config.values.get(name), config.max_values)
             for name in config.dimensions
-        ])
+        ], lists_by=tuple(lists_by or ()))
         for name in classes.names:
             slices._add((name, *(UNKNOWN for _ in slices.dimensions)))
         return slices
+
+    def _list_of(self, key: Slice) -> int:
+        """The index of the query lists of the slice ``key`` (added when new)."""
+        labels = self.labels
+        projected = (key[0], *(key[labels.index(name)] for name in self.lists_by))
+        found = self.list_index.get(projected)
+        if found is None:
+            found = self.list_index[projected] = len(self.list_names)
+            self.list_names.append(projected)
+        return found
 
     @property
     def plain(self) -> bool:
@@ -216,6 +241,7 @@ class Slices:
         another slice holding them, if any."""
         old = self.names[i]
         self.names[i] = new
+        self.lists[i] = self._list_of(new)
         if self.index.get(old) == i:
             alias = next((j for j, name in enumerate(self.names) if name == old), None)
             if alias is None:
@@ -239,6 +265,7 @@ class Slices:
                 return found
         self.index[key] = len(self.names)
         self.names.append(key)
+        self.lists.append(self._list_of(key))
         return self.index[key]
 
     def add_class(self, name: str) -> int:
@@ -280,7 +307,8 @@ class Slices:
             self.classes.snapshot(), [d.name for d in self.dimensions],
             [list(d.first) for d in self.dimensions],
             [[None if d.fixed else t for t in d.first.values()] for d in self.dimensions],
-            [list(name) for name in self.names],
+            [list(name) for name in self.names], list(self.lists_by),
+            [list(name) for name in self.list_names],
         )
 
     @classmethod
@@ -294,7 +322,15 @@ class Slices:
         slices = cls(config.slices, classes, [
             Dimension(name, config.slices.values.get(name), config.slices.max_values)
             for name in config.slices.dimensions
-        ])
+        ], lists_by=tuple(config.query_lists.dimensions))
+        if tuple(state.list_dimensions) == slices.lists_by:  # the lists' indexes hold
+            for values in state.lists:
+                require(len(values) == 1 + len(slices.lists_by) and values[0] in classes.index,
+                        "slices: query lists of an unknown class or of other dimensions")
+                slices.list_index.setdefault(tuple(values), len(slices.list_names))
+                slices.list_names.append(tuple(values))
+        else:
+            slices.lists_restarted = True
         require(len(state.values) == len(state.first) == len(state.dimensions)
                 and all(len(v) == len(f) for v, f in zip(state.values, state.first,
                                                           strict=True)),
@@ -320,6 +356,7 @@ class Slices:
                 key.append(value)
             slices.index.setdefault(tuple(key), len(slices.names))
             slices.names.append(tuple(key))
+            slices.lists.append(slices._list_of(tuple(key)))
         unknown = tuple(UNKNOWN for _ in slices.dimensions)
         require(all((name, *unknown) in slices.index for name in classes.names),
                 "slices: a class without its slice")

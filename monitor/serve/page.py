@@ -154,8 +154,16 @@ def render(
         regressions = {(v.slice, v.measure) for v in offline.verdicts if v.regression} if (
             offline is not None
         ) else set()
+        kept = set(queries.get("dimensions", ()))
+        unkept = sorted(set(picked) - kept)
+        if unkept:
+            parts.append("<p class=muted>The query lists are kept by class"
+                         + "".join(f", {escape(name)}" for name in sorted(kept))
+                         + f" (<code>[query_lists] dimensions</code>), not by "
+                         f"{escape(', '.join(unkept))}: they show every value of it.</p>")
+        listed = Selection(selection.labels, {k: v for k, v in picked.items() if k in kept})
         for name in shown:
-            parts.append(_queries(queries, name, regressions, selection))
+            parts.append(_queries(queries, name, regressions, listed))
     parts.append("</body></html>\n")
     return "".join(parts).encode()
 

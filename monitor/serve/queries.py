@@ -93,7 +93,10 @@ class QueryState:
     windows: list[WindowTallies]
     worsened: list[WorsenedEntry]
     labels: list[str] = field(default_factory=lambda: [QUERY_CLASS])
-    """The label of each value of a slice."""
+    """The label of each value of a window's slices: the class, then the dimensions the
+    lists are kept by (``[query_lists] dimensions``)."""
+    slice_labels: list[str] = field(default_factory=lambda: [QUERY_CLASS])
+    """The label of each value of a worsened entry's slice (every ``[slices]`` dimension)."""
 
 
 STATE = TypeAdapter(QueryState)
@@ -106,7 +109,7 @@ def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config:
     """The lists of ``pipelines`` merged per window and slice, and the worsened queries of
     ``offline`` (the pipeline holding the offline state, if any)."""
     settings = config.query_lists
-    none = tuple("" for _ in config.slices.dimensions)  # the overall slice: no dimension value
+    none = tuple("" for _ in config.query_lists.dimensions)  # overall: no dimension value
     newest = max((p.sessions.newest for p in pipelines), default=float("-inf"))
     windows = []
     if settings.enabled:
@@ -123,11 +126,12 @@ def query_state(pipelines: Sequence[Pipeline], offline: Pipeline | None, config:
                 ))
     worsened = []
     if settings.enabled and offline is not None and offline.judged.active:
-        worsened = _worsened(offline.judged, offline.slices.names, none)
+        worsened = _worsened(offline.judged, offline.slices.names,
+                             tuple("" for _ in config.slices.dimensions))
     return QueryState(
         settings.enabled, settings.capacity, settings.min_sessions, settings.top,
         settings.min_searches, newest if newest > float("-inf") else None, windows, worsened,
-        [QUERY_CLASS, *config.slices.dimensions],
+        [QUERY_CLASS, *config.query_lists.dimensions], [QUERY_CLASS, *config.slices.dimensions],
     )
 
 
@@ -143,6 +147,8 @@ def report_of(state: QueryState) -> Report:
         "enabled": state.enabled, "min_sessions": state.min_sessions,
         "capacity": state.capacity, "lists": [], "worsened": [],
     }
+    if len(state.slice_labels) > 1:  # with [slices]: what the lists can be filtered by
+        report["dimensions"] = state.labels[1:]
     if not state.enabled:
         return report
     report["as_of"] = _utc(state.newest) if state.newest is not None else None
@@ -159,7 +165,7 @@ def report_of(state: QueryState) -> Report:
             "source": e.source, "window": e.window,
             **({"sample_id": e.sample_id, "baseline_id": e.baseline_id}
                if e.source == "sample" else {}),
-            **_labelled(state.labels, e.slice), "measure": e.measure,
+            **_labelled(state.slice_labels, e.slice), "measure": e.measure,
             "rows": [{"query": r.query, "before": r.before, "after": r.after,
                       "delta": r.delta} for r in e.rows],
         }
@@ -179,7 +185,8 @@ def merge_replicas(states: Sequence[QueryState]) -> QueryState:
         require((state.enabled, state.capacity, state.min_sessions) == (
             first.enabled, first.capacity, first.min_sessions
         ), "the replicas' [query_lists] settings differ")
-        require(state.labels == first.labels, "the replicas' [slices] dimensions differ")
+        require(state.labels == first.labels and state.slice_labels == first.slice_labels,
+                "the replicas' [slices] or [query_lists] dimensions differ")
         for window in state.windows:
             same_lengths("query lists: a window", window.slices, window.tallies)
             require(all(len(v) == len(state.labels) for v in window.slices),
@@ -203,7 +210,7 @@ def merge_replicas(states: Sequence[QueryState]) -> QueryState:
     worsened = next((s.worsened for s in states if s.worsened), [])
     return QueryState(first.enabled, first.capacity, first.min_sessions, first.top,
                       first.min_searches, max(newest) if newest else None, windows, worsened,
-                      first.labels)
+                      first.labels, first.slice_labels)
 
 
 def window_states(
@@ -216,7 +223,7 @@ def window_states(
     for pipeline in pipelines:
         assert pipeline.lists is not None, "the lists are enabled"
         pipeline.lists.flush()
-        names = pipeline.slices.names
+        names = pipeline.slices.list_names
         for index, bucket in pipeline.lists.buckets[length].items():
             kept += [(index, names[klass], tally) for klass, tally in bucket.items()]
     if not kept:
@@ -302,6 +309,11 @@ def select(
     """``report`` with only the entries of ``query_class``, ``window`` (``1h``, ``24h``,
     or any duration such as ``3600``), ``list_name`` (one of ``LISTS`` or ``worsened``)
     and the dimension ``values`` (``{"platform": "ios"}``: the slices with that value)."""
+    unkept = sorted(set(values or ()) - set(report.get("dimensions", ())))
+    if unkept:
+        kept = ", ".join(report.get("dimensions", ())) or "none"
+        raise FilterError(f"{unkept[0]}: the query lists are not kept by it ([query_lists] "
+                          f"dimensions: {kept})")
     if list_name is not None and list_name not in (*LISTS, "worsened"):
         raise FilterError(f"list {list_name!r}: expected one of {', '.join(LISTS)}, worsened")
     seconds = None

@@ -51,7 +51,8 @@ def test_per_slice_counts_of_the_daemon_equal_an_independent_count(
 
     broker.produce(topic, [(session_of(line), line) for _, _, line in arrival])
     kafka = f'events_topic = "{topic}"\njudgments_topic = "{topic}-judged"\n'
-    slices = '[slices]\ndimensions = ["platform", "locale"]\n'
+    slices = ('[slices]\ndimensions = ["platform", "locale"]\n'
+              '[query_lists]\ndimensions = ["platform"]\n')
     port = free_port()
     daemon = start_daemon(tmp_path, broker, f"g-{uuid.uuid4().hex}", port, kafka,
                           state=slices, idle_after="2s")
@@ -69,6 +70,8 @@ def test_per_slice_counts_of_the_daemon_equal_an_independent_count(
         assert entries and all(e["platform"] == "ios" for e in entries)
         status, _ = get(f"http://127.0.0.1:{port}/queries?planet=mars")
         assert status == 400
+        status, body = get(f"http://127.0.0.1:{port}/queries?locale=de-DE")
+        assert status == 400 and "not kept by it" in body
         status, page = get(f"http://127.0.0.1:{port}/?platform=ios&view=total")
         assert status == 200
         assert "by platform" in page and "by locale" in page and "<b>ios</b>" in page

@@ -13,10 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.config import Config, ConfigError, SlicesConfig, load_config
+from monitor.config import Config, ConfigError, QueryListsConfig, SlicesConfig, load_config
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.serve.metrics import ExportCollector
+from monitor.serve.queries import FilterError, query_report, select
 from monitor.serve.report import report
 from monitor.state import codec
 from monitor.state.checkpoint import restore_unit
@@ -303,3 +304,29 @@ def test_a_checkpoint_restores_under_the_dimensions_configured_now() -> None:
     total = sum(1 for _, said, _ in events if "query" in said)
     for restored in (same, fewer, more):
         assert sum(p.count("queries") for p in export(restored).slices) == total
+
+
+def test_the_query_lists_are_kept_by_the_dimensions_configured_for_them() -> None:
+    """``[query_lists] dimensions``: the lists of each class and of each value of those;
+    a filter on another dimension is refused, saying which ones the lists are kept by."""
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS),
+                    query_lists=QueryListsConfig(dimensions=["platform"], min_sessions=1))
+    pipeline = Pipeline(config)
+    for i in range(60):
+        pipeline.feed(query(f"q{i}", i, f"s{i}", f"q{i}", text=f"shoes {i % 3}",
+                            platform=("ios", "web")[i % 2], locale="de-DE"))
+    pipeline.close()
+    report = query_report([pipeline], pipeline, config)
+    assert report["dimensions"] == ["platform"]
+    kinds = {(e["query_class"], e.get("platform")) for e in report["lists"]}
+    assert kinds == {("all", None), ("travel", None), ("travel", "ios"), ("travel", "web")}
+    ios = select(report, values={"platform": "ios"})
+    searched = [e for e in ios["lists"] if e["list"] == "searches"]
+    assert searched and sum(r["count"] for r in searched[0]["rows"]) == 30
+    with pytest.raises(FilterError, match="locale: the query lists are not kept by it"):
+        select(report, values={"locale": "de-DE"})
+    plain = Pipeline(Config(slices=SlicesConfig(dimensions=DIMENSIONS)))
+    plain.feed(query("q1", 0, "s1", "q1", platform="ios"))
+    by_class = query_report([plain], plain, plain.config)
+    assert {e["query_class"] for e in by_class["lists"]} == {"all", "travel"}
+    assert all("platform" not in e for e in by_class["lists"])
