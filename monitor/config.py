@@ -284,6 +284,45 @@ class SlicesConfig(Section):
         return self
 
 
+class ExperimentConfig(Section):
+    """One A/B test: the variants of ``attribute`` a query carries, compared with
+    ``control`` (docs/concepts/experiments.md)."""
+
+    id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")
+    attribute: str = Field(min_length=1, max_length=100)
+    """The event field or ``attributes`` key holding the variant."""
+    control: str = Field(min_length=1)
+    split: dict[str, float]
+    """Each variant's intended share of the units (normalised to sum 1)."""
+    unit: Literal["user", "session"] = "user"
+    """The randomization unit: ``user_id`` (UBI: ``client_id``), or the session."""
+    buckets: int = Field(default=128, ge=100, le=10_000)
+    """Units are hashed into this many buckets per variant; variances are taken over them."""
+    max_units: int = Field(default=10_000_000, ge=1000, le=1_000_000_000)
+    """Units counted exactly per variant (8 bytes each, in memory and in checkpoints); beyond,
+    approximately (HyperLogLog, about 0.8%)."""
+
+    @model_validator(mode="after")
+    def _variants(self) -> ExperimentConfig:
+        if len(self.split) < 2:
+            raise ValueError("split: at least two variants")
+        if self.control not in self.split:
+            raise ValueError(f"control {self.control!r} is not a variant of split")
+        if any(share <= 0 for share in self.split.values()):
+            raise ValueError("split: every share must be positive")
+        return self
+
+    @property
+    def variants(self) -> list[str]:
+        """The control first, then the treatments in ``split`` order."""
+        return [self.control, *(name for name in self.split if name != self.control)]
+
+    @property
+    def shares(self) -> list[float]:
+        total = sum(self.split.values())
+        return [self.split[name] / total for name in self.variants]
+
+
 def _zone_name(value: str) -> str:
     if value != "reject":
         try:
@@ -473,6 +512,14 @@ class Config(Section):
     offline: OfflineConfig = OfflineConfig()
     ubi: UbiConfig = UbiConfig()
     query_lists: QueryListsConfig = QueryListsConfig()
+    experiments: list[ExperimentConfig] = []
+
+    @model_validator(mode="after")
+    def _distinct_experiments(self) -> Config:
+        ids = [experiment.id for experiment in self.experiments]
+        if len(set(ids)) != len(ids):
+            raise ValueError("experiments: ids must be distinct")
+        return self
 
     @model_validator(mode="after")
     def _lists_by_slice_dimensions(self) -> Config:

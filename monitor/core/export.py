@@ -126,6 +126,28 @@ class OfflineFigures:
 
 
 @dataclass(frozen=True)
+class VariantFigures:
+    """One variant of an experiment: its units and its sums per bucket (counters)."""
+
+    name: str
+    share: Float
+    """Its intended share of the units."""
+    units: Int
+    approximate: bool
+    """Whether ``units`` is an estimate (past ``max_units``)."""
+    sums: tuple[tuple[Float, ...], ...]
+    """Per metric of ``monitor.core.experiments.METRICS``, per bucket."""
+
+
+@dataclass(frozen=True)
+class ExperimentFigures:
+    id: str
+    unit: str
+    variants: tuple[VariantFigures, ...]
+    """The control first."""
+
+
+@dataclass(frozen=True)
 class Export:
     slices: tuple[SliceFigures, ...] = ()
     labels: tuple[str, ...] = SLICE_LABELS
@@ -151,6 +173,7 @@ class Export:
     """Event time of the newest accepted event (None: none yet)."""
     watermark: Float | None = None
     offline: OfflineFigures | None = None
+    experiments: tuple[ExperimentFigures, ...] = ()
 
     @property
     def events_read(self) -> int:
@@ -302,10 +325,63 @@ def export(pipeline: Pipeline) -> Export:
         open_sessions=sessions.open_count, newest=finite_or_none(sessions.newest),
         watermark=finite_or_none(sessions.watermark), offline=offline,
         labels=slices_of.labels, folded_values=dict(health.folded_values),
+        experiments=_experiments(pipeline),
     )
     if len(set(names)) < len(names):  # aliases: added up under their labels
         figures = combine([(figures, 1)], live=[figures], offline=figures)
     return figures
+
+
+def _experiments(pipeline: Pipeline) -> tuple[ExperimentFigures, ...]:
+    experiments = pipeline.experiments
+    if experiments is None:
+        return ()
+    return tuple(
+        ExperimentFigures(config.id, config.unit, tuple(
+            VariantFigures(
+                name, share, units.count(), units.approximate,
+                tuple(tuple(float(x) for x in row) for row in sums),
+            )
+            for name, share, sums, units in zip(config.variants, config.shares,
+                                                 experiments.sums[e], experiments.units[e],
+                                                 strict=True)
+        ))
+        for e, config in enumerate(experiments.configs)
+    )
+
+
+def _combined_experiments(
+    counted: Sequence[tuple[Export, int]]
+) -> tuple[ExperimentFigures, ...]:
+    """The experiments' sums and units added up (signed), matched by id and variant name."""
+    out: dict[str, ExperimentFigures] = {}
+    for part, sign in counted:
+        for experiment in part.experiments:
+            found = out.get(experiment.id)
+            if found is None:
+                out[experiment.id] = ExperimentFigures(experiment.id, experiment.unit, tuple(
+                    replace(v, units=sign * v.units,
+                            sums=tuple(tuple(sign * x for x in row) for row in v.sums))
+                    for v in experiment.variants
+                ))
+                continue
+            by_name = {v.name: v for v in experiment.variants}
+            variants = []
+            for v in found.variants:
+                other = by_name.get(v.name)
+                if other is None or len(other.sums) != len(v.sums) or any(
+                    len(a) != len(b) for a, b in zip(other.sums, v.sums, strict=True)
+                ):
+                    variants.append(v)
+                    continue
+                variants.append(replace(
+                    v, units=v.units + sign * other.units,
+                    approximate=v.approximate or other.approximate,
+                    sums=tuple(tuple(x + sign * y for x, y in zip(a, b, strict=True))
+                               for a, b in zip(v.sums, other.sums, strict=True)),
+                ))
+            out[experiment.id] = replace(found, variants=tuple(variants))
+    return tuple(out.values())
 
 
 def combine(
@@ -383,7 +459,7 @@ def combine(
         ),
         skipped_scores=skipped, open_sessions=open_sessions, newest=newest,
         watermark=watermark, offline=offline.offline if offline is not None else None,
-        labels=labels, folded_values=folded,
+        labels=labels, folded_values=folded, experiments=_combined_experiments(counted),
     )
 
 

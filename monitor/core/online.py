@@ -475,6 +475,10 @@ class Sessions:
     finished: Callable[[str, int, float, str, bool], None] | None = None
     """Told each query that leaves its session's memory (id, class, time, session, whether
     it got a click): the query lists; set by the pipeline."""
+    first_click: Callable[[str, float], None] | None = None
+    """Told each query's first click (query id, seconds after it): the experiments."""
+    closed: Callable[[str, bool, bool], None] | None = None
+    """Told each closed session with a query (id, clicked, successful): the experiments."""
     resolving: bool = False
     """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
     the pipeline (UBI events), so that other events pay nothing for it."""
@@ -819,6 +823,9 @@ class Sessions:
                 self._unmatched(session, orphans[i], orphans[i + 3])
         if session.queries == 0:
             return  # a session counts only if it has a query
+        if self.closed is not None:
+            self.closed(session_id, bool(session.flags & CLICKED),
+                        bool(session.flags & SUCCESSFUL))
         c, counters = session.klass, self.counters
         counters.sessions[c] += 1
         if not session.flags & CLICKED:
@@ -990,6 +997,8 @@ class Sessions:
         first = not flags & QUERY_CLICKED
         if first and flags & ZERO_RESULTS:
             self.counters.clicked_zero_result_queries[klass] += 1
+        if first and self.first_click is not None and delay >= 0 and query_id is not None:
+            self.first_click(query_id, delay)
         self._count_click(klass, position, first, delay)
         return True
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, cast
 
 from monitor.config import Config
 from monitor.core.classes import ALL, NEW, OTHER, QueryClasses
+from monitor.core.experiments import Experiments, ExperimentsState
 from monitor.core.judged import OVERALL, Judged, JudgedState
 from monitor.core.online import (
     CLICK,
@@ -37,6 +38,7 @@ from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
     SESSION_OF_QUERY,
     ClickEvent,
+    ConversionEvent,
     DwellEvent,
     IgnoredAction,
     ImpressionEvent,
@@ -46,7 +48,7 @@ from monitor.inputs.events import (
     Reason,
     Rejection,
 )
-from monitor.inputs.native import cut_text, dimensions
+from monitor.inputs.native import cut_text, dimensions, read_names
 from monitor.inputs.ubi import QUERY_EVENT
 
 log = logging.getLogger(__name__)
@@ -172,6 +174,8 @@ class PipelineState:
     versions: dict[str, Int]
     """The version of each part's snapshot (``Pipeline.PARTS``): the codec migrates a part
     whose version is older than its class's ``VERSION``."""
+    experiments: ExperimentsState | None = None
+    """The experiments (None: none configured, or a state from before they existed)."""
 
 
 class Pipeline:
@@ -180,6 +184,7 @@ class Pipeline:
     PARTS: ClassVar[tuple[tuple[str, type[Stateful[Any]]], ...]] = (
         ("classes", Slices), ("counters", OnlineCounters), ("sessions", Sessions),
         ("health", Health), ("judged", Judged), ("queries", QueryLists),
+        ("experiments", Experiments),
     )
     """The stateful parts: the field of ``PipelineState`` each snapshot is kept in, and its
     class (``snapshot()``, ``restore(layout, snapshot)``, ``VERSION``, ``MIGRATIONS``). The
@@ -197,7 +202,13 @@ class Pipeline:
             config.query_lists.dimensions,
         )
         self._dimensions = tuple(config.slices.dimensions)
-        self._dimensions_of = dimensions(self._dimensions) if self._dimensions else None
+        names = read_names(config)
+        self._dimensions_of = dimensions(names) if names else None
+        self._sliced = len(names) > len(self._dimensions)  # values beyond the slices'
+        self.experiments = (
+            Experiments.from_config(config.experiments) if config.experiments else None
+        )
+        self._experiment_at = [names.index(e.attribute) for e in config.experiments]
         """How a query's dimension values are read (``values``) by the decoders' rule."""
         self._values = self._dimensions_of.values if self._dimensions_of else None
         self._sliced_query = self._dimensions_of.query if self._dimensions_of else QueryEvent
@@ -256,6 +267,8 @@ class Pipeline:
                     given: tuple[str, ...] = ()
                 else:
                     given = self._values(event) if self._values is not None else ()
+                    if self._sliced:
+                        given = given[:len(self._dimensions)]
                     klass = None if declared is None else self._slice_index.get(
                         (declared, *given)
                     )
@@ -371,6 +384,13 @@ class Pipeline:
                     self.lists.searched(
                         klass, accepted[0], event.query_id, event.query_text, accepted[3], zero
                     )
+                if self.experiments is not None:
+                    assert self._values is not None, "experiments read attributes"
+                    values = self._values(event)
+                    self.experiments.searched(
+                        [values[i] for i in self._experiment_at], event.query_id,
+                        accepted[3], event.user_id or event.client_id, zero,
+                    )
                 if event.latency_ms is not None:
                     sessions.count_latency(klass, event.latency_ms / 1000.0)
                 text = event.query_text
@@ -382,13 +402,27 @@ class Pipeline:
                     sessions.await_impressions(event.query_id, text)
             elif type(event) is ImpressionEvent and not event.position:
                 self.health.impressions_without_position += 1
+            elif type(event) is ConversionEvent and self.experiments is not None:
+                self.experiments.converted(event.session_id)
             return None
         except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, before)
 
+    def _finished(
+        self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
+    ) -> None:
+        """A query left its session's memory: to the query lists and the experiments."""
+        if self.lists is not None:
+            self.lists.finished(query_id, klass, time, session_id, clicked)
+        if self.experiments is not None:
+            self.experiments.finished(query_id, clicked)
+
     def _given(self, event: QueryEvent) -> tuple[str, ...]:
-        """A query's dimension values (none without dimensions)."""
-        return self._values(event) if self._values is not None else ()
+        """A query's values of the ``[slices]`` dimensions (none without dimensions)."""
+        if self._values is None:
+            return ()
+        given = self._values(event)
+        return given[:len(self._dimensions)] if self._sliced else given
 
     def _unprocessable(self, error: Exception, accepted: int) -> Rejection:
         """A message some step failed on: counted once, as rejected (not also as accepted,
@@ -425,6 +459,11 @@ class Pipeline:
             self.lists.of = slices.lists  # slice index -> index of its lists
             self.sessions.finished = self.lists.finished
             self.judged.show = self.lists.key  # judged keys are normalised: this redacts
+        experiments = self.experiments
+        if experiments is not None:
+            self.sessions.finished = self._finished
+            self.sessions.first_click = experiments.first_click
+            self.sessions.closed = experiments.closed
 
     def snapshot(self) -> PipelineState:
         return PipelineState(
@@ -432,6 +471,7 @@ class Pipeline:
             self.health.snapshot(), self.judged.snapshot(),
             self.lists.snapshot() if self.lists is not None else None,
             {name: part.VERSION for name, part in self.PARTS},
+            self.experiments.snapshot() if self.experiments is not None else None,
         )
 
     @classmethod
@@ -456,6 +496,8 @@ class Pipeline:
                 pipeline.lists = QueryLists.restore(
                     Layout(config, len(pipeline.slices.list_names)), state.queries
                 )
+        if pipeline.experiments is not None:
+            pipeline.experiments = Experiments.restore(layout, state.experiments)
         pipeline._wire()
         return pipeline
 

@@ -85,6 +85,8 @@ class Query(TypedDict):
     page: NotRequired[ReadOnly[NonNegativeInt | None]]
     results_known: NotRequired[ReadOnly[StrictBool]]
     attributes: NotRequired[ReadOnly[Attributes | None]]
+    user_id: NotRequired[ReadOnly[str | None]]
+    result_teams: NotRequired[ReadOnly[list[str] | None]]
 
 
 class Click(TypedDict):
@@ -186,7 +188,11 @@ class QueryEvent(msgspec.Struct, tag_field="type", tag="query", frozen=True, gc=
     results_known: bool = True
     """False: the result list was not logged (not a zero-result query; no impressions)."""
     attributes: dict[str, str] | None = None
-    """The query's dimension values (``[slices]``): the decoders add top-level fields."""
+    """The query's dimension values (``[slices]``) and experiment variants."""
+    user_id: str | None = None
+    """The user: the randomization unit of experiments by user (UBI: ``client_id``)."""
+    result_teams: list[str] | None = None
+    """Interleaving: per result, the ranker that contributed it."""
 
 
 class ClickEvent(msgspec.Struct, tag_field="type", tag="click", frozen=True, gc=False):

@@ -93,6 +93,14 @@ def _rejection(error: ValidationError) -> Rejection:
     return Rejection(Reason.SCHEMA, detail)
 
 
+def read_names(config: Config) -> tuple[str, ...]:
+    """The attributes a query's values are read of: the ``[slices]`` dimensions, then the
+    experiments' attributes that are no dimension."""
+    names = list(config.slices.dimensions)
+    names += [e.attribute for e in config.experiments if e.attribute not in names]
+    return tuple(dict.fromkeys(names))
+
+
 @functools.cache
 def dimensions(names: tuple[str, ...]) -> Dimensions:
     """The one ``Dimensions`` of these names (its query struct is the decoders' and the
@@ -189,9 +197,8 @@ class NativeDecoder:
         self.max_labels = config.offline.max_labels
         self.max_chars = config.input.max_query_chars
         self.measures = config.offline.measures
-        self.dimensions = (
-            dimensions(tuple(config.slices.dimensions)) if config.slices.dimensions else None
-        )
+        names = read_names(config)
+        self.dimensions = dimensions(names) if names else None
         self._decode_live = (
             self.dimensions.decode_live if self.dimensions is not None else decode_live
         )

@@ -40,6 +40,7 @@ from monitor.inputs.events import (
     Reason,
     Rejection,
 )
+from monitor.inputs.native import read_names
 from monitor.inputs.timestamps import Timestamps, zone
 
 HIT_ID_FIELDS = ("query_response_hit_ids", "query_response_object_ids",
@@ -54,7 +55,7 @@ class UbiDecoder:
 
     def __init__(self, config: Config) -> None:
         self.read_ubi(config.ubi)
-        self.dimensions = config.slices.dimensions
+        self.dimensions = list(read_names(config))
 
     def read_ubi(self, config: UbiConfig) -> None:
         self.config = config

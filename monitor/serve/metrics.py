@@ -7,6 +7,7 @@ rules. Every ``query_class`` series exists from start-up, at 0.
 
 from __future__ import annotations
 
+import functools
 import platform
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,11 @@ from prometheus_client.registry import Collector
 
 from monitor import __version__
 from monitor.config import window_label
+from monitor.core.experiments import MEASURES, analyse
 from monitor.core.export import (
     SLICE_LABELS,
     Export,
+    ExperimentFigures,
     HistogramFigures,
     MeanFigures,
     VerdictFigures,
@@ -173,6 +176,79 @@ def _counter(name: str, help: str, value: Callable[[Export], int]) -> Family:
     return Family(name, "counter", help, _one(value))
 
 
+@functools.lru_cache(maxsize=16)
+def _analysed(figures: ExperimentFigures) -> dict[str, Any]:
+    """``analyse`` once per experiment's figures (each family reads it)."""
+    return analyse(figures)
+
+
+def _variants(pick: Callable[[dict[str, Any]], Any]) -> Callable[
+    [Export], Iterable[tuple[Sequence[str], Any]]
+]:
+    def read(figures: Export) -> Iterable[tuple[Sequence[str], Any]]:
+        for experiment in figures.experiments:
+            for name, entry in _analysed(experiment)["variants"].items():
+                for extra, value in pick(entry):
+                    if value is not None:
+                        yield (experiment.id, name, *extra), value
+    return read
+
+
+def _comparisons(pick: Callable[[dict[str, Any]], Iterable[tuple[Sequence[str], Any]]]) -> (
+    Callable[[Export], Iterable[tuple[Sequence[str], Any]]]
+):
+    def read(figures: Export) -> Iterable[tuple[Sequence[str], Any]]:
+        for experiment in figures.experiments:
+            for c in _analysed(experiment)["comparisons"]:
+                for extra, value in pick(c):
+                    if value is not None:
+                        yield (experiment.id, c["treatment"], c["metric"], *extra), value
+    return read
+
+
+VERDICTS = {"better": 1.0, "inconclusive": 0.0, "worse": -1.0}
+EXPERIMENT_FAMILIES = (
+    Family("search_experiment_units", "gauge", "Randomization units seen per variant "
+           "(exact up to max_units, then estimated).",
+           _variants(lambda v: [((), v["units"])]), ("experiment", "variant")),
+    Family("search_experiment_value", "gauge", "A metric of a variant, pooled over its units "
+           "(for example ctr: clicked queries / queries).",
+           _variants(lambda v: [((m.name,), v[m.name]) for m in MEASURES]),
+           ("experiment", "variant", "metric")),
+    Family("search_experiment_delta", "gauge", "Treatment minus control of a metric.",
+           _comparisons(lambda c: [((), c["delta"])]), ("experiment", "variant", "metric")),
+    Family("search_experiment_relative_lift", "gauge",
+           "Treatment minus control over control (absent when the control is 0).",
+           _comparisons(lambda c: [((), c["relative"])]), ("experiment", "variant", "metric")),
+    Family("search_experiment_interval", "gauge", "Bounds of the 95% interval of the delta: "
+           "fixed-horizon (ci95) and always-valid confidence sequence (cs95).",
+           _comparisons(lambda c: [(("ci95", "low"), c["ci95"][0]), (("ci95", "high"),
+                                   c["ci95"][1]), (("cs95", "low"), c["cs95"][0]),
+                                   (("cs95", "high"), c["cs95"][1])]),
+           ("experiment", "variant", "metric", "kind", "bound")),
+    Family("search_experiment_pvalue", "gauge", "p-value of the delta: fixed-horizon (fixed), "
+           "Holm-adjusted across variants and metrics (holm), always-valid (always_valid).",
+           _comparisons(lambda c: [(("fixed",), c["p"]), (("holm",), c["p_adjusted"]),
+                                   (("always_valid",), c["p_always_valid"])]),
+           ("experiment", "variant", "metric", "kind")),
+    Family("search_experiment_verdict", "gauge", "The always-valid verdict of a treatment on a "
+           "metric: 1 better, 0 inconclusive, -1 worse; absent while a sample ratio mismatch "
+           "withholds it.",
+           _comparisons(lambda c: [((), VERDICTS.get(c["verdict"] or ""))]),
+           ("experiment", "variant", "metric")),
+    Family("search_experiment_srm_pvalue", "gauge", "Chi-square p-value of the units per "
+           "variant against the configured split (sample ratio mismatch below 0.001).",
+           lambda f: [((e.id,), _analysed(e)["srm"]["p"]) for e in f.experiments],
+           ("experiment",)),
+    Family("search_experiment_sample_ratio_mismatch", "gauge", "1 while the units per variant "
+           "are off the configured split (p < 0.001): the verdicts are withheld.",
+           lambda f: [((e.id,), 1.0 if _analysed(e)["srm"]["mismatch"] else 0.0)
+                      for e in f.experiments],
+           ("experiment",)),
+)
+"""The experiments' families (``monitor.core.experiments.analyse``)."""
+
+
 CATALOGUE: tuple[Family, ...] = (
     *(Family(family.name, "counter", family.help, _online(i, False), (SLICE,))
       for i, family in enumerate(COUNTERS)),
@@ -216,6 +292,7 @@ CATALOGUE: tuple[Family, ...] = (
            "Event time of the newest message of the newest completed judged sample.",
            _one(lambda f: f.offline.last_sample_time if f.offline is not None else None),
            unit="seconds", optional=True),
+    *EXPERIMENT_FAMILIES,
     _counter("searchmon_judged_scores_skipped",
              "Judged-query scores left out because the measure skips queries without relevant "
              "documents (no_rel=skip).", lambda f: f.skipped_scores),

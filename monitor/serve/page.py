@@ -24,6 +24,7 @@ from urllib.parse import quote, urlencode
 
 from monitor.config import PAGE_REFRESH, UNKNOWN
 from monitor.core.classes import ALL
+from monitor.core.experiments import analyse
 from monitor.core.export import AcceptanceFigures, Export, Slice, SliceFigures
 from monitor.core.history import Period, Recent
 from monitor.core.online import RATIOS, OnlineCounters, ratio
@@ -142,6 +143,7 @@ def render(
         _online_total(export, shown, link(shown_view="hour"), selection) if view == "total"
         else _online_hour(recent or Recent(), shown, link(shown_view="total"), selection),
         _verdicts(export, shown, selection),
+        _experiments(export),
     ]
     if queries is None:
         parts.append("<h2>Queries</h2><p class=muted>Not computed yet: the query lists "
@@ -371,6 +373,51 @@ def _verdicts(export: Export, shown: Sequence[str], selection: Selection) -> str
          "recent samples' means"],
         rows,
     ) + _acceptances(offline.acceptances)
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _experiments(export: Export) -> str:
+    """Each experiment: its variants, the sample ratio test, and every treatment against
+    the control per metric with the always-valid verdict."""
+    if not export.experiments:
+        return ""
+    parts = ["<h2>Experiments</h2>"]
+    for experiment in export.experiments:
+        result = analyse(experiment)
+        srm = result["srm"]
+        state = (f"<span class=bad>sample ratio mismatch (p = {srm['p']:.2g}): verdicts "
+                 "withheld</span>" if srm["mismatch"] else
+                 f"<span class=ok>units as split (p = {srm['p']:.2g})</span>")
+        approximate = " (units estimated past max_units)" if srm["approximate"] else ""
+        parts.append(f"<h3>{escape(experiment.id)} &middot; unit: {escape(result['unit'])} "
+                     f"&middot; {state}{approximate}</h3>")
+        rows = [[escape(name), f"{v['units']:,}", f"{v['queries']:,}", f"{v['sessions']:,}",
+                 *(_number(v[m], 3) for m in ("ctr", "zero_result_rate", "abandonment_rate",
+                                              "session_success_rate"))]
+                for name, v in result["variants"].items()]
+        parts.append(_table(["variant", "units", "queries", "sessions", "CTR", "zero-result",
+                             "abandonment", "success"], rows))
+        rows = []
+        for c in result["comparisons"]:
+            verdict = c["verdict"]
+            shown = {"better": "<span class=ok>better</span>",
+                     "worse": "<span class=bad>worse</span>",
+                     "inconclusive": "<span class=muted>inconclusive</span>",
+                     None: "<span class=muted>withheld</span>"}[verdict]
+            relative = c["relative"]
+            rows.append([
+                escape(c["metric"]), escape(f"{c['treatment']} vs {c['control']}"),
+                f"{c['delta']:+.4g}", "-" if relative is None else f"{relative:+.2%}",
+                f"[{c['ci95'][0]:+.3g}, {c['ci95'][1]:+.3g}]", _number(c["p"], 3),
+                _number(c["p_adjusted"], 3), f"[{c['cs95'][0]:+.3g}, {c['cs95'][1]:+.3g}]",
+                shown,
+            ])
+        parts.append(_table(["metric", "variants", "delta", "lift", "95% interval", "p",
+                             "p (Holm)", "always-valid 95%", "verdict"], rows))
+    return "".join(parts)
 
 
 def _quality(export: Export) -> str:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from monitor.core.classes import ALL
+from monitor.core.experiments import analyse
 from monitor.core.export import SliceFigures, export
 from monitor.core.judged import OVERALL
 from monitor.core.online import RATIOS, OnlineCounters, ratio
@@ -49,6 +50,8 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
             }
             for at, label in enumerate(labels)
         }, "folded_values": dict(figures.folded_values)}
+    if figures.experiments:
+        dimensions["experiments"] = {e.id: analyse(e) for e in figures.experiments}
     return {
         **dimensions,
         "online": online,

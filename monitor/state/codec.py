@@ -90,7 +90,8 @@ def migrate_parts(document: Document) -> Document:
         return document  # a ledger, or malformed (then validation says so)
     versions = pipeline["versions"]
     for name, part in Pipeline.PARTS:
-        version = versions.get(name)
+        # a part added since the document was written: its version 1, its document absent
+        version = versions.get(name, 1 if name not in pipeline else None)
         if not isinstance(version, int) or not 1 <= version <= part.VERSION:
             raise ValueError(f"{name}: version {version!r}, this version of searchmon reads "
                              f"up to {part.VERSION}")

@@ -28,7 +28,7 @@ from tests.support.http import get
 from tests.support.wait import wait_for
 
 RULES = DEPLOY / "prometheus" / "searchmon.rules.yml"
-RULE_TESTS = ("weekly.test.yml", "searchmon.test.yml", "slices.test.yml")
+RULE_TESTS = ("weekly.test.yml", "searchmon.test.yml", "slices.test.yml", "experiments.test.yml")
 
 
 class DashboardBuild(Protocol):

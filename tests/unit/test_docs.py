@@ -195,7 +195,9 @@ def documented_settings() -> dict[str, dict[str, str]]:
 
 def section_models() -> dict[str, Any]:
     models: dict[str, Any] = {
-        name: field.annotation for name, field in Config.model_fields.items()
+        name: typing.get_args(field.annotation)[0]
+        if typing.get_origin(field.annotation) is list else field.annotation
+        for name, field in Config.model_fields.items()
     }
     models[RULES] = ClassRule
     return models
