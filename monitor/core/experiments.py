@@ -30,10 +30,17 @@ import numpy as np
 
 from monitor.config import ExperimentConfig
 from monitor.core.abtest import Buckets, compare, holm, srm
+from monitor.core.interleaving import (
+    Preference,
+    PreferenceState,
+    bootstrap_interval,
+    credit,
+    delta,
+)
 from monitor.core.snapshots import Float, Int, Layout, Migration, require
 
 if TYPE_CHECKING:
-    from monitor.core.export import ExperimentFigures
+    from monitor.core.export import ExperimentFigures, InterleavingFigures
 
 METRICS = (
     "queries", "clicked_queries", "zero_result_queries", "sessions", "abandoned_sessions",
@@ -48,6 +55,8 @@ HLL_BITS = 14
 """HyperLogLog registers: 2^14 (16 KiB per variant), a standard error of about 0.8%."""
 MERGE_AT = 65536
 """Unit hashes gathered before they are merged into the sorted array of a variant."""
+MAX_PAIRS = 20
+"""Pairs of interleaved rankers counted at most (their names come from the events)."""
 Assignment = tuple[int, int, int]
 """(experiment index, variant index, bucket) of a query or session."""
 
@@ -116,15 +125,29 @@ class VariantState:
 
 
 @dataclass(frozen=True)
+class InterleavedState:
+    """The preferences of each pair of interleaved rankers, and the interleaved queries
+    waiting for their outcome: their pair, the team of each result, the positions clicked."""
+
+    pairs: list[list[str]]
+    counts: list[PreferenceState]
+    open_ids: list[str]
+    open_pairs: list[Int]
+    open_teams: list[list[str]]
+    open_clicks: list[list[Int]]
+
+
+@dataclass(frozen=True)
 class ExperimentsState:
     """Per experiment (in configuration order, by id) and variant its sums and units; the
-    queries and sessions waiting for their outcome with their assignments."""
+    queries and sessions waiting for their outcome with their assignments; interleaving."""
 
     ids: list[str]
     variants: list[list[str]]
     state: list[list[VariantState]]
     open_queries: dict[str, list[list[Int]]]
     open_sessions: dict[str, list[list[Int]]]
+    interleaved: InterleavedState | None = None
 
 
 @dataclass
@@ -143,6 +166,37 @@ class Experiments:
     """Queries whose outcome (clicked or not) is not known yet, with their assignments."""
     sessions: dict[str, list[Assignment]] = field(default_factory=dict)
     """Open sessions of the experiments, with their first query's assignments."""
+    pairs: dict[tuple[str, str], Preference] = field(default_factory=dict)
+    """Team-draft interleaving: per pair of rankers (in name order), the queries' outcomes."""
+    interleaved: dict[str, tuple[tuple[str, str], list[str], list[int]]] = field(
+        default_factory=dict
+    )
+    """Interleaved queries waiting for their outcome: pair, teams, positions clicked."""
+    refused_pairs: int = 0
+    """Interleaved queries of a pair past ``MAX_PAIRS`` (not counted; in memory only)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the sessions must tell this part about queries, clicks and sessions."""
+        return bool(self.configs or self.pairs or self.interleaved)
+
+    def interleave(self, query_id: str, teams: list[str]) -> None:
+        """A query whose results two rankers contributed (team-draft interleaving)."""
+        names = sorted(set(teams))
+        if len(names) != 2:
+            return  # one ranker, or more than two: no pairwise preference
+        pair = (names[0], names[1])
+        if pair not in self.pairs:
+            if len(self.pairs) >= MAX_PAIRS:
+                self.refused_pairs += 1
+                return
+            self.pairs[pair] = Preference()
+        self.interleaved[query_id] = (pair, teams, [])
+
+    def clicked(self, query_id: str, position: int) -> None:
+        waiting = self.interleaved.get(query_id)
+        if waiting is not None and position:
+            waiting[2].append(position)
 
     @classmethod
     def from_config(cls, configs: Sequence[ExperimentConfig]) -> Experiments:
@@ -192,7 +246,13 @@ class Experiments:
             row[FIRSTS, b] += 1
 
     def finished(self, query_id: str, clicked: bool) -> None:
-        """A query left its session's memory: whether it got a click is final."""
+        """A query left its session's memory: whether it got a click is final (and, when it
+        was interleaved, which ranker won it)."""
+        if self.interleaved:
+            waiting = self.interleaved.pop(query_id, None)
+            if waiting is not None:
+                (first, second), teams, positions = waiting
+                self.pairs[(first, second)].add(credit(teams, positions, first, second))
         assigned = self.queries.pop(query_id, None)
         if assigned and clicked:
             for e, v, b in assigned:
@@ -228,6 +288,14 @@ class Experiments:
             [c.id for c in self.configs], [list(c.variants) for c in self.configs], state,
             {q: [list(a) for a in assigned] for q, assigned in self.queries.items()},
             {s: [list(a) for a in assigned] for s, assigned in self.sessions.items()},
+            InterleavedState(
+                [list(pair) for pair in self.pairs],
+                [preference.snapshot() for preference in self.pairs.values()],
+                list(self.interleaved), [list(self.pairs).index(w[0])
+                                         for w in self.interleaved.values()],
+                [list(w[1]) for w in self.interleaved.values()],
+                [list(w[2]) for w in self.interleaved.values()],
+            ),
         )
 
     @classmethod
@@ -237,6 +305,21 @@ class Experiments:
         self = cls.from_config(layout.config.experiments)
         if state is None:
             return self
+        interleaved = state.interleaved
+        if interleaved is not None:
+            require(len(interleaved.pairs) == len(interleaved.counts)
+                    and len(interleaved.pairs) <= MAX_PAIRS
+                    and all(len(pair) == 2 for pair in interleaved.pairs),
+                    "experiments: interleaved pairs")
+            pairs = [(pair[0], pair[1]) for pair in interleaved.pairs]
+            self.pairs = {pair: Preference.restore(counts)
+                          for pair, counts in zip(pairs, interleaved.counts, strict=True)}
+            columns = (interleaved.open_ids, interleaved.open_pairs, interleaved.open_teams,
+                       interleaved.open_clicks)
+            require(len({len(c) for c in columns}) == 1, "experiments: interleaved columns")
+            for query_id, at, teams, clicks in zip(*columns, strict=True):
+                require(0 <= at < len(pairs), "experiments: an interleaved query's pair")
+                self.interleaved[query_id] = (pairs[at], list(teams), list(clicks))
         require(len(state.ids) == len(state.variants) == len(state.state),
                 "experiments: columns of different lengths")
         moved: dict[int, int] = {}
@@ -348,3 +431,15 @@ def analyse(figures: ExperimentFigures) -> dict[str, Any]:
         comparison["p_adjusted"] = adjusted
     out["comparisons"] = comparisons
     return out
+
+
+def preference(figures: InterleavingFigures) -> dict[str, Any]:
+    """One interleaved pair as the report, the page and ``/metrics`` show it: its counts,
+    Δ_AB (positive: ``a`` preferred) and its 95% bootstrap interval (Chapelle et al. 2012)."""
+    counts = (figures.wins_a, figures.wins_b, figures.ties)
+    interval = bootstrap_interval(*counts) if min(counts) >= 0 else None
+    return {
+        "a": figures.a, "b": figures.b, "wins_a": figures.wins_a, "wins_b": figures.wins_b,
+        "ties": figures.ties, "queries": sum(counts), "delta": delta(*counts),
+        "ci95": list(interval) if interval is not None else None,
+    }

@@ -148,6 +148,18 @@ class ExperimentFigures:
 
 
 @dataclass(frozen=True)
+class InterleavingFigures:
+    """Team-draft interleaving of rankers ``a`` and ``b`` (in name order): queries won by
+    each and tied (counters)."""
+
+    a: str
+    b: str
+    wins_a: Int
+    wins_b: Int
+    ties: Int
+
+
+@dataclass(frozen=True)
 class Export:
     slices: tuple[SliceFigures, ...] = ()
     labels: tuple[str, ...] = SLICE_LABELS
@@ -174,6 +186,7 @@ class Export:
     watermark: Float | None = None
     offline: OfflineFigures | None = None
     experiments: tuple[ExperimentFigures, ...] = ()
+    interleaving: tuple[InterleavingFigures, ...] = ()
 
     @property
     def events_read(self) -> int:
@@ -326,6 +339,11 @@ def export(pipeline: Pipeline) -> Export:
         watermark=finite_or_none(sessions.watermark), offline=offline,
         labels=slices_of.labels, folded_values=dict(health.folded_values),
         experiments=_experiments(pipeline),
+        interleaving=tuple(
+            InterleavingFigures(a, b, counts.wins_a, counts.wins_b, counts.ties)
+            for (a, b), counts in ((pair, preference.snapshot())
+                                   for pair, preference in pipeline.experiments.pairs.items())
+        ),
     )
     if len(set(names)) < len(names):  # aliases: added up under their labels
         figures = combine([(figures, 1)], live=[figures], offline=figures)
@@ -334,8 +352,6 @@ def export(pipeline: Pipeline) -> Export:
 
 def _experiments(pipeline: Pipeline) -> tuple[ExperimentFigures, ...]:
     experiments = pipeline.experiments
-    if experiments is None:
-        return ()
     return tuple(
         ExperimentFigures(config.id, config.unit, tuple(
             VariantFigures(
@@ -382,6 +398,19 @@ def _combined_experiments(
                 ))
             out[experiment.id] = replace(found, variants=tuple(variants))
     return tuple(out.values())
+
+
+def _combined_interleaving(
+    counted: Sequence[tuple[Export, int]]
+) -> tuple[InterleavingFigures, ...]:
+    out: dict[tuple[str, str], list[int]] = {}
+    for part, sign in counted:
+        for pair in part.interleaving:
+            found = out.setdefault((pair.a, pair.b), [0, 0, 0])
+            found[0] += sign * pair.wins_a
+            found[1] += sign * pair.wins_b
+            found[2] += sign * pair.ties
+    return tuple(InterleavingFigures(a, b, *counts) for (a, b), counts in out.items())
 
 
 def combine(
@@ -460,6 +489,7 @@ def combine(
         skipped_scores=skipped, open_sessions=open_sessions, newest=newest,
         watermark=watermark, offline=offline.offline if offline is not None else None,
         labels=labels, folded_values=folded, experiments=_combined_experiments(counted),
+        interleaving=_combined_interleaving(counted),
     )
 
 

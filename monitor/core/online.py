@@ -477,6 +477,8 @@ class Sessions:
     it got a click): the query lists; set by the pipeline."""
     first_click: Callable[[str, float], None] | None = None
     """Told each query's first click (query id, seconds after it): the experiments."""
+    clicked: Callable[[str, int], None] | None = None
+    """Told each click credited to its query (query id, position): interleaving."""
     closed: Callable[[str, bool, bool], None] | None = None
     """Told each closed session with a query (id, clicked, successful): the experiments."""
     resolving: bool = False
@@ -997,6 +999,8 @@ class Sessions:
         first = not flags & QUERY_CLICKED
         if first and flags & ZERO_RESULTS:
             self.counters.clicked_zero_result_queries[klass] += 1
+        if self.clicked is not None and query_id is not None:
+            self.clicked(query_id, position)
         if first and self.first_click is not None and delay >= 0 and query_id is not None:
             self.first_click(query_id, delay)
         self._count_click(klass, position, first, delay)

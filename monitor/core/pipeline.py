@@ -205,9 +205,9 @@ class Pipeline:
         names = read_names(config)
         self._dimensions_of = dimensions(names) if names else None
         self._sliced = len(names) > len(self._dimensions)  # values beyond the slices'
-        self.experiments = (
-            Experiments.from_config(config.experiments) if config.experiments else None
-        )
+        self.experiments = Experiments.from_config(config.experiments)
+        """The A/B experiments, and team-draft interleaving (its sessions' hooks only while
+        ``active``)."""
         self._experiment_at = [names.index(e.attribute) for e in config.experiments]
         """How a query's dimension values are read (``values``) by the decoders' rule."""
         self._values = self._dimensions_of.values if self._dimensions_of else None
@@ -384,13 +384,17 @@ class Pipeline:
                     self.lists.searched(
                         klass, accepted[0], event.query_id, event.query_text, accepted[3], zero
                     )
-                if self.experiments is not None:
+                if self._experiment_at:
                     assert self._values is not None, "experiments read attributes"
                     values = self._values(event)
                     self.experiments.searched(
                         [values[i] for i in self._experiment_at], event.query_id,
                         accepted[3], event.user_id or event.client_id, zero,
                     )
+                if event.result_teams is not None:
+                    self.experiments.interleave(event.query_id, event.result_teams)
+                    if self.sessions.clicked is None:
+                        self._wire()
                 if event.latency_ms is not None:
                     sessions.count_latency(klass, event.latency_ms / 1000.0)
                 text = event.query_text
@@ -402,7 +406,7 @@ class Pipeline:
                     sessions.await_impressions(event.query_id, text)
             elif type(event) is ImpressionEvent and not event.position:
                 self.health.impressions_without_position += 1
-            elif type(event) is ConversionEvent and self.experiments is not None:
+            elif type(event) is ConversionEvent and self._experiment_at:
                 self.experiments.converted(event.session_id)
             return None
         except Exception as error:  # one message never stops the pipeline
@@ -414,8 +418,7 @@ class Pipeline:
         """A query left its session's memory: to the query lists and the experiments."""
         if self.lists is not None:
             self.lists.finished(query_id, klass, time, session_id, clicked)
-        if self.experiments is not None:
-            self.experiments.finished(query_id, clicked)
+        self.experiments.finished(query_id, clicked)
 
     def _given(self, event: QueryEvent) -> tuple[str, ...]:
         """A query's values of the ``[slices]`` dimensions (none without dimensions)."""
@@ -460,10 +463,11 @@ class Pipeline:
             self.sessions.finished = self.lists.finished
             self.judged.show = self.lists.key  # judged keys are normalised: this redacts
         experiments = self.experiments
-        if experiments is not None:
+        if experiments.active:
             self.sessions.finished = self._finished
             self.sessions.first_click = experiments.first_click
             self.sessions.closed = experiments.closed
+            self.sessions.clicked = experiments.clicked
 
     def snapshot(self) -> PipelineState:
         return PipelineState(
@@ -471,7 +475,7 @@ class Pipeline:
             self.health.snapshot(), self.judged.snapshot(),
             self.lists.snapshot() if self.lists is not None else None,
             {name: part.VERSION for name, part in self.PARTS},
-            self.experiments.snapshot() if self.experiments is not None else None,
+            self.experiments.snapshot(),
         )
 
     @classmethod
@@ -496,8 +500,7 @@ class Pipeline:
                 pipeline.lists = QueryLists.restore(
                     Layout(config, len(pipeline.slices.list_names)), state.queries
                 )
-        if pipeline.experiments is not None:
-            pipeline.experiments = Experiments.restore(layout, state.experiments)
+        pipeline.experiments = Experiments.restore(layout, state.experiments)
         pipeline._wire()
         return pipeline
 

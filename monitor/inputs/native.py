@@ -213,10 +213,15 @@ class NativeDecoder:
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._validated(data)
         # a query (of a subclass with [slices] dimensions) without a logged list
-        if isinstance(event, QueryEvent) and (not event.result_ids or not event.results_known):
-            contradiction = _unlisted(event, data)
-            if contradiction is not None:
-                return contradiction
+        if isinstance(event, QueryEvent):
+            if not event.result_ids or not event.results_known:
+                contradiction = _unlisted(event, data)
+                if contradiction is not None:
+                    return contradiction
+            if event.result_teams is not None and len(event.result_teams) != len(
+                event.result_ids
+            ):
+                return UNMATCHED_TEAMS
         stamp = event.timestamp
         if type(stamp) is int:  # in range: msgspec checked it
             return stamp / 1000.0, event
@@ -241,6 +246,8 @@ class NativeDecoder:
             contradiction = _unlisted(live, data)
             if contradiction is not None:
                 return contradiction
+            if live.result_teams is not None and len(live.result_teams) != len(live.result_ids):
+                return UNMATCHED_TEAMS
             if self.dimensions is not None:  # its top-level fields, in attributes
                 live = self._with_dimensions(live, data)
         time = self.timestamps.read(live.timestamp)
@@ -289,6 +296,11 @@ class NativeDecoder:
                                  "[offline] measures")
             event = cast(Baseline, {**event, "measure": canonical})
         return JudgedMessage(time, event, None)
+
+
+UNMATCHED_TEAMS = Rejection(
+    Reason.SCHEMA, "query.result_teams: not one team per result of result_ids"
+)
 
 
 def _unlisted(event: QueryEvent, data: bytes) -> Rejection | None:

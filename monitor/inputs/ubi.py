@@ -126,6 +126,7 @@ class UbiDecoder:
             application=_text(record, "application"),
             results_known=known,
             attributes=self._attributes(record) if self.dimensions else None,
+            result_teams=_teams(record, len(results)),
         )
 
     def _attributes(self, record: dict[str, Any]) -> dict[str, str] | None:
@@ -264,6 +265,21 @@ QUERY_EVENT = "ubi-query:"
 AGGREGATION = IgnoredAction("aggregation request")
 """A query record whose request asks for no hits (``"size": 0``): the facets of a search,
 which the same search's hits request records too."""
+
+
+def _teams(record: dict[str, Any], results: int) -> list[str] | None:
+    """Team-draft interleaving: ``query_attributes.result_teams``, the ranker of each hit of
+    ``query_response_hit_ids`` (UBI names query attributes for experiment identifiers)."""
+    given = record.get("query_attributes")
+    teams = given.get("result_teams") if isinstance(given, dict) else None
+    if teams is None:
+        return None
+    if not isinstance(teams, list) or len(teams) != results or not all(
+        isinstance(team, str) for team in teams
+    ):
+        raise _Invalid("query_attributes.result_teams: expected one ranker name per hit of "
+                       "query_response_hit_ids")
+    return teams
 
 
 def _aggregation_only(request: Any) -> bool:

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from monitor import __version__
 from monitor.config import window_label
-from monitor.core.experiments import MEASURES, analyse
+from monitor.core.experiments import MEASURES, analyse, preference
 from monitor.core.export import (
     SLICE_LABELS,
     Export,
@@ -236,6 +236,23 @@ EXPERIMENT_FAMILIES = (
            "withholds it.",
            _comparisons(lambda c: [((), VERDICTS.get(c["verdict"] or ""))]),
            ("experiment", "variant", "metric")),
+    Family("search_interleaving_queries", "counter", "Team-draft interleaved queries with a "
+           "credited click, by outcome: won by ranker a, by ranker b, or tied (a before b in "
+           "name order).",
+           lambda f: (((p.a, p.b, outcome), count) for p in f.interleaving
+                      for outcome, count in (("a", p.wins_a), ("b", p.wins_b),
+                                             ("tie", p.ties))),
+           ("a", "b", "outcome")),
+    Family("search_interleaving_preference", "gauge", "Delta_AB = (wins_a + ties/2) / "
+           "queries - 0.5: positive when ranker a is preferred.",
+           lambda f: (((p.a, p.b), preference(p)["delta"]) for p in f.interleaving
+                      if preference(p)["delta"] is not None), ("a", "b")),
+    Family("search_interleaving_interval", "gauge", "Bounds of the 95% bootstrap interval of "
+           "search_interleaving_preference.",
+           lambda f: (((p.a, p.b, bound), value) for p in f.interleaving
+                      if (ci := preference(p)["ci95"]) is not None
+                      for bound, value in (("low", ci[0]), ("high", ci[1]))),
+           ("a", "b", "bound")),
     Family("search_experiment_srm_pvalue", "gauge", "Chi-square p-value of the units per "
            "variant against the configured split (sample ratio mismatch below 0.001).",
            lambda f: [((e.id,), _analysed(e)["srm"]["p"]) for e in f.experiments],

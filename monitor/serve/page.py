@@ -24,7 +24,7 @@ from urllib.parse import quote, urlencode
 
 from monitor.config import PAGE_REFRESH, UNKNOWN
 from monitor.core.classes import ALL
-from monitor.core.experiments import analyse
+from monitor.core.experiments import analyse, preference
 from monitor.core.export import AcceptanceFigures, Export, Slice, SliceFigures
 from monitor.core.history import Period, Recent
 from monitor.core.online import RATIOS, OnlineCounters, ratio
@@ -382,9 +382,21 @@ def _number(value: float | None, digits: int = 4) -> str:
 def _experiments(export: Export) -> str:
     """Each experiment: its variants, the sample ratio test, and every treatment against
     the control per metric with the always-valid verdict."""
-    if not export.experiments:
+    if not export.experiments and not export.interleaving:
         return ""
     parts = ["<h2>Experiments</h2>"]
+    if export.interleaving:
+        rows = []
+        for pair in export.interleaving:
+            found = preference(pair)
+            ci = found["ci95"]
+            rows.append([escape(f"{found['a']} vs {found['b']}"), f"{found['queries']:,}",
+                         f"{found['wins_a']:,}", f"{found['wins_b']:,}", f"{found['ties']:,}",
+                         _number(found["delta"], 3),
+                         "-" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"])
+        parts.append("<h3>Team-draft interleaving</h3>" + _table(
+            ["rankers a vs b", "queries", "a won", "b won", "ties",
+             "preference for a (&Delta;<sub>AB</sub>)", "95% bootstrap"], rows))
     for experiment in export.experiments:
         result = analyse(experiment)
         srm = result["srm"]

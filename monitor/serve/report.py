@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from monitor.core.classes import ALL
-from monitor.core.experiments import analyse
+from monitor.core.experiments import analyse, preference
 from monitor.core.export import SliceFigures, export
 from monitor.core.judged import OVERALL
 from monitor.core.online import RATIOS, OnlineCounters, ratio
@@ -52,6 +52,13 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
         }, "folded_values": dict(figures.folded_values)}
     if figures.experiments:
         dimensions["experiments"] = {e.id: analyse(e) for e in figures.experiments}
+        for e in figures.experiments:  # an interleaving of two of its variants: with it
+            names = {v.name for v in e.variants}
+            pairs = [preference(p) for p in figures.interleaving if {p.a, p.b} <= names]
+            if pairs:
+                dimensions["experiments"][e.id]["interleaving"] = pairs
+    if figures.interleaving:
+        dimensions["interleaving"] = [preference(p) for p in figures.interleaving]
     return {
         **dimensions,
         "online": online,
