@@ -111,7 +111,7 @@ class Units:
         zeros = int(np.count_nonzero(self.registers == 0))
         if estimate <= 2.5 * m and zeros:
             estimate = m * float(np.log(m / zeros))
-        return max(int(round(estimate)), len(self.exact))
+        return max(round(estimate), len(self.exact))
 
 
 @dataclass(frozen=True)

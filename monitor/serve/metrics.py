@@ -28,8 +28,8 @@ from monitor.config import window_label
 from monitor.core.experiments import MEASURES, analyse, preference
 from monitor.core.export import (
     SLICE_LABELS,
-    Export,
     ExperimentFigures,
+    Export,
     HistogramFigures,
     MeanFigures,
     VerdictFigures,

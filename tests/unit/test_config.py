@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import typing
-
 import pickle
+import typing
 from pathlib import Path
 from typing import Any
 

@@ -217,8 +217,8 @@ def example_keys() -> dict[str, set[str]]:
     }
     section = ""
     for line in text.splitlines():
-        if (header := re.match(r"^\[([a-z_]+)\]\s*$", line)) is not None:
-            section = header[1]
+        if (header := re.match(r"^(?:# )?\[{1,2}([a-z_]+)\]{1,2}\s*$", line)) is not None:
+            section = header[1]  # a table, or an array of tables shown in a comment
         elif (commented := re.match(r"^#\s*([a-z_]+)\s*=", line)) is not None:
             keys.setdefault(section, set()).add(commented[1])
     return keys
@@ -277,7 +277,18 @@ def read_default(table: str, key: str, cell: str) -> Any:
     if table == RULES:
         return getattr(ClassRule.model_validate({"class": "x", key: value}),
                        "class_" if key == "class" else key)
+    model = section_models()[table]
+    if typing.get_origin(Config.model_fields[table].annotation) is list:  # an array of tables
+        required = {name: f.examples[0] if f.examples else _FILLERS[name]
+                    for name, f in model.model_fields.items() if f.is_required()}
+        return getattr(model.model_validate({**required, key: value}), key)
     return getattr(getattr(Config.model_validate({table: {key: value}}), table), key)
+
+
+_FILLERS: dict[str, Any] = {
+    "id": "x", "attribute": "x", "control": "a", "split": {"a": 0.5, "b": 0.5},
+}
+"""Values of the required keys of an array of tables, to read one default at a time."""
 
 
 def test_the_configuration_reference_gives_the_defaults_of_the_code() -> None:
