@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from monitor.cli.common import EXIT_OK, UsageError, parse_time
 
 if TYPE_CHECKING:
-    from monitor.inputs.generate import Mix, Regression
+    from monitor.inputs.generate import Effect, Experiment, Interleaving, Mix, Regression
 
 
 def command(args: argparse.Namespace) -> int:
@@ -19,12 +19,19 @@ def command(args: argparse.Namespace) -> int:
 
     start = _start(args, Traffic().start)
     mixes = _mixes(args)
+    experiments = _experiments(args)
+    interleaving = _interleaving(args)
+    effects = _effects(args, experiments)
+    if effects and interleaving is not None:
+        raise UsageError("generate: give --effect or --interleave, not both (an effect moves "
+                         "the clicks the interleaving's preference is set on)")
     traffic = Traffic(
         seed=args.seed, start=start, sessions_per_second=args.sessions_per_second,
         duration=args.duration, malformed_rate=args.malformed_rate,
         duplicate_rate=args.duplicate_rate, judged_every=args.judged_every,
         judged_queries=args.judged_queries, qrels=args.qrels, mixes=mixes,
-        regression=_regression(args, start, mixes),
+        regression=_regression(args, start, (*mixes, *(e.mix() for e in experiments))),
+        users=args.users, experiments=experiments, effects=effects, interleaving=interleaving,
     )
     stream = messages(World.build(args.seed), traffic)
     if args.kafka:
@@ -68,10 +75,68 @@ def _mixes(args: argparse.Namespace) -> tuple[Mix, ...]:
     return tuple(mixes)
 
 
+def _experiments(args: argparse.Namespace) -> tuple[Experiment, ...]:
+    """The experiments of ``--experiment``, each with an id and an attribute of its own."""
+    from monitor.inputs.generate import parse_experiment
+
+    found: list[Experiment] = []
+    for text in args.experiment or ():
+        try:
+            experiment = parse_experiment(text)
+        except ValueError as error:
+            raise UsageError(f"generate: --experiment {text!r}: {error}") from None
+        for other in found:
+            for what in ("id", "attribute"):
+                if getattr(other, what) == getattr(experiment, what):
+                    raise UsageError(f"generate: --experiment {text!r}: the {what} of "
+                                     f"{other} (each experiment has its own)")
+        found.append(experiment)
+    return tuple(found)
+
+
+def _effects(args: argparse.Namespace, experiments: tuple[Experiment, ...],
+             ) -> tuple[Effect, ...]:
+    """The effects of ``--effect``, one per variant."""
+    from monitor.inputs.generate import parse_effect
+
+    found: list[Effect] = []
+    for text in args.effect or ():
+        try:
+            effect = parse_effect(text, experiments)
+        except ValueError as error:
+            raise UsageError(f"generate: --effect {text!r}: {error}") from None
+        if any((e.experiment, e.variant) == (effect.experiment, effect.variant) for e in found):
+            raise UsageError(f"generate: --effect {text!r}: {effect.experiment}:"
+                             f"{effect.variant} has an effect already (one per variant)")
+        found.append(effect)
+    return tuple(found)
+
+
+def _interleaving(args: argparse.Namespace) -> Interleaving | None:
+    """The interleaving of ``--interleave`` and ``--preference``; none without them."""
+    from monitor.inputs.generate import parse_interleaving, parse_preference
+
+    if args.interleave is None:
+        if args.preference is not None:
+            raise UsageError("generate: --preference needs --interleave (the rankers)")
+        return None
+    try:
+        interleaving = parse_interleaving(args.interleave)
+    except ValueError as error:
+        raise UsageError(f"generate: --interleave {args.interleave!r}: {error}") from None
+    if args.preference is None:
+        return interleaving
+    try:
+        return parse_preference(args.preference, interleaving)
+    except ValueError as error:
+        raise UsageError(f"generate: --preference {args.preference!r}: {error}") from None
+
+
 def _regression(args: argparse.Namespace, start: float,
                 mixes: tuple[Mix, ...]) -> Regression | None:
-    """The injected regression: of ``--regression-class``, of ``--regression-slice``, or of
-    the class within the slice; none when neither is given."""
+    """The injected regression: of ``--regression-class``, of ``--regression-slice`` (a
+    dimension of ``mixes``: the slices' and the experiments'), or of the class within the
+    slice; none when neither is given."""
     from monitor.inputs.generate import Regression, parse_slice
 
     try:

@@ -305,7 +305,9 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         description="Seeded, reproducible traffic: Zipf-like query popularity, classes, "
         "sessions with reformulations, cascade-model clicks, dwell, conversions, a trickle of "
         "malformed and duplicated messages, judged samples and qrels; each session has a "
-        "platform, a locale and an experiment variant.",
+        "platform, a locale and an experiment variant. On request: users with several "
+        "sessions, A/B experiments assigning users to variants with true effects, and "
+        "team-draft interleaved result lists with a true preference.",
     )
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("--duration", type=parse_duration, default=3600.0,
@@ -335,6 +337,21 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
                      help="event time until the bug ships (default 30m)")
     gen.add_argument("--regression-until", type=parse_duration,
                      help="event time at which the bug is fixed (default: never)")
+    gen.add_argument("--users", action="store_true", help="sessions belong to users (3 "
+                     "sessions each on average) and every event carries user_id (implied by "
+                     "--experiment)")
+    gen.add_argument("--experiment", metavar="ID:ATTRIBUTE:SPLIT", action="append",
+                     help="assign each user a variant by a hash of the user and the experiment, "
+                     "in attributes[ATTRIBUTE]: exp-7:ranker:A=0.5,B=0.5 (the shares add up "
+                     "to 1; repeatable)")
+    gen.add_argument("--effect", metavar="[ID:]VARIANT:ctr=CHANGE", action="append",
+                     help="a variant's true effect: its users' queries are clicked with "
+                     "probability p + CHANGE, where p is what the click model gives "
+                     "(B:ctr=+0.02; repeatable)")
+    gen.add_argument("--interleave", metavar="FIRST:SECOND", help="team-draft interleave the "
+                     "result lists of two rankers, named in result_teams (A:B)")
+    gen.add_argument("--preference", metavar="RANKER=SIZE", help="the true preference of "
+                     "--interleave: B=0.1 makes delta_AB -0.1 (default: none, delta_AB 0)")
     gen.add_argument("--malformed-rate", type=float, default=0.001)
     gen.add_argument("--duplicate-rate", type=float, default=0.001)
     gen.add_argument("-o", "--output", type=Path, help="JSONL file (default: standard output)")
