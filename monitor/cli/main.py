@@ -33,8 +33,7 @@ from monitor.offline.spec import (
     INT64_MAX,
     INT64_MIN,
     MeasureNameError,
-    parse_named,
-    trec_order,
+    parse_requested,
 )
 from monitor.offline.trec import Data, Qrels, Run, TrecFormatError, parse_qrels, parse_run
 
@@ -364,14 +363,12 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
 
 def _eval(args: argparse.Namespace) -> int:
     _keep_freed_memory()
-    asked: list[Named] = []
-    for text in args.measures or DEFAULT_EVAL_MEASURES:
-        try:
-            asked += parse_named(text)
-        except MeasureNameError as error:
-            raise UsageError(str(error)) from None
-    measures = [  # in trec_eval's order where asked by trec_eval's names
-        (name, spec.with_relevance_level(args.rel_level)) for name, spec in trec_order(asked)
+    try:  # in trec_eval's order where asked by trec_eval's names
+        asked = parse_requested(args.measures or DEFAULT_EVAL_MEASURES)
+    except MeasureNameError as error:
+        raise UsageError(str(error)) from None
+    measures: list[Named] = [
+        (name, spec.with_relevance_level(args.rel_level)) for name, spec in asked
     ]
     qrels = _parse_file(parse_qrels, args.qrels)
     run = _parse_file(parse_run, args.run)

@@ -9,11 +9,11 @@ ignored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from monitor.offline.measures import aggregate, score
+from monitor.offline.measures import aggregate, relstring, score, shown
 from monitor.offline.ranking import UNJUDGED, FloatArray, IntArray, RankedLists
 from monitor.offline.spec import MeasureSpec
 from monitor.offline.trec import Qrels, Run, byte_order, pair_keys
@@ -31,6 +31,9 @@ class Evaluation:
     values: dict[MeasureSpec, FloatArray]
     summary: dict[MeasureSpec, float | None]
     shared_queries: int
+    run_id: str = ""
+    texts: dict[MeasureSpec, list[str]] = field(default_factory=dict)
+    """Per-query text of the measures that print one (relstring)."""
 
 
 def rank_run(qrels: Qrels, run: Run, *, complete: bool = False) -> tuple[list[str], RankedLists]:
@@ -48,7 +51,8 @@ def evaluate(
     query_ids, shared, lists = _rank(qrels, run, complete, max_docs)
     values = {spec: score(lists, spec) for spec in specs}
     summary = {s: aggregate(s, v) for s, v in values.items()}
-    return Evaluation(query_ids, values, summary, shared)
+    texts = {spec: relstring(lists, spec) for spec in specs if shown(spec) == "text"}
+    return Evaluation(query_ids, values, summary, shared, run.run_id, texts)
 
 
 def _rank(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -93,6 +94,8 @@ def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     ideal ranking: the ratio is the same (scaling by a power of 2 is exact in floating point),
     and labels of 1024 and more, whose 2^label overflows a double, keep their exact weight.
     """
+    if spec.pairs:
+        return gain_ndcg(lists, spec)
     top = lists.within(spec.cutoff)
     scale = None
     if spec.gain == "exp" and spec.ideal == "judged":
@@ -164,12 +167,420 @@ def judged(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     return count / k
 
 
+INFAP_EPSILON = 1e-5
+"""trec_eval's INFAP_EPSILON, which keeps infAP's ratio of judged documents defined."""
+
+
+def _counts(values: IntArray) -> FloatArray:
+    return values.astype(np.float64)
+
+
+def num_q(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """1 per evaluated query; the summary is their number (trec_eval num_q)."""
+    return np.ones(lists.size, dtype=np.float64)
+
+
+def run_id(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """No number: the run's tag (the sixth column of the run file's last line) is printed in
+    the summary (trec_eval runid)."""
+    return np.full(lists.size, np.nan)
+
+
+def num_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Documents retrieved (after -M); the summary is the sum (trec_eval num_ret)."""
+    return _counts(lists.num_ret)
+
+
+def num_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """R, judged documents with a label >= rel; the summary is the sum (trec_eval num_rel;
+    with -c trec_eval sums the labels > 0 of every qrels query, the same at rel = 1)."""
+    return _counts(lists.num_rel(spec.relevance))
+
+
+def num_rel_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Relevant documents retrieved; the summary is the sum (trec_eval num_rel_ret)."""
+    return _counts(lists.count_ranked(lists.relevant(spec.relevance), None))
+
+
+def num_nonrel_judged_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Retrieved documents judged with a label 0 <= label < rel; the summary is the sum."""
+    judged_nonrel = (lists.labels >= 0) & ~lists.relevant(spec.relevance)
+    return _counts(lists.count_ranked(judged_nonrel, None))
+
+
+def interpolated_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """iprec_at_recall_x = max over ranks r at or below the c-th relevant document of P@r,
+    c = lround(x R) (trec_eval 10; trec_eval 9 used (long)(x R + 0.9)); c = 0 is the first
+    relevant document. 0 when fewer than c relevant documents were retrieved."""
+    return _interpolated(lists, spec, [_level(spec)])[0]
+
+
+def eleven_point_average(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """11pt_avg = mean of iprec_at_recall over the levels (default 0, 0.1, ..., 1), added from
+    the last level to the first, as trec_eval does."""
+    levels = list(spec.values or (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0))
+    total = np.zeros(lists.size)
+    for values in reversed(_interpolated(lists, spec, levels)):
+        total = total + values
+    return total / len(levels)
+
+
+def r_precision_multiple(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Rprec_mult_x = P@c with c = (long)(x R + 0.9), trec_eval's rounding; 0 when c = 0."""
+    rel = spec.relevance
+    cutoff = np.floor(_level(spec) * lists.num_rel(rel) + 0.9)
+    top = lists.position < cutoff[lists.segment]
+    return safe_divide(lists.count(lists.segment, lists.relevant(rel) & top), cutoff)
+
+
+def relative_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """relative_P@k = |relevant in top k| / min(k, R): precision up to R, recall after it;
+    0 when R = 0."""
+    k = _cutoff(spec)
+    rel = spec.relevance
+    found = lists.count_ranked(lists.relevant(rel), k)
+    return safe_divide(found, np.minimum(lists.num_rel(rel), k))
+
+
+def set_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """set_P = relevant retrieved / retrieved; 0 for an empty ranking."""
+    return safe_divide(num_rel_ret(lists, spec), lists.num_ret)
+
+
+def set_recall(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """set_recall = relevant retrieved / R; 0 when R = 0."""
+    return safe_divide(num_rel_ret(lists, spec), lists.num_rel(spec.relevance))
+
+
+def set_relative_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """set_relative_P = relevant retrieved / min(retrieved, R); 0 when either is 0."""
+    return safe_divide(
+        num_rel_ret(lists, spec), np.minimum(lists.num_ret, lists.num_rel(spec.relevance))
+    )
+
+
+def set_map(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """set_map = set_P x set_recall = relevant retrieved^2 / (retrieved R); 0 when either
+    is 0."""
+    found = num_rel_ret(lists, spec)
+    return safe_divide(found * found, _counts(lists.num_ret) * lists.num_rel(spec.relevance))
+
+
+def set_f(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """set_F = (b + 1) P R / (b P + R) with P = set_P, R = set_recall and b the parameter
+    (default 1: F1 of the whole ranking); 0 when nothing relevant was retrieved."""
+    beta = spec.values[0] if spec.values else 1.0
+    p, r = set_precision(lists, spec), set_recall(lists, spec)
+    return safe_divide((beta + 1.0) * p * r, np.where(p > 0, beta * p + r, 0.0))
+
+
+def utility(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """utility = u1 a + u2 b + u3 c + u4 d over the contingency table (a: relevant
+    retrieved, b: non-relevant retrieved, c: relevant not retrieved, d: the collection's
+    other documents, taken as 0 documents), parameters u1..u4 default 1, -1, 0, 0. 0 for a
+    query missing from the run (-c), as trec_eval sets it."""
+    u1, u2, u3, u4 = spec.values or (1.0, -1.0, 0.0, 0.0)
+    a = num_rel_ret(lists, spec)
+    retrieved = _counts(lists.num_ret)
+    relevant = _counts(lists.num_rel(spec.relevance))
+    value = u1 * a + u2 * (retrieved - a) + u3 * (relevant - a) + u4 * (a - retrieved - relevant)
+    return np.where(lists.num_ret > 0, value, 0.0)
+
+
+def inferred_ap(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """infAP (Yilmaz and Aslam, 2006) as trec_eval computes it: over the relevant documents
+    d at 0-based rank j, 1 if j = 0, else 1/(j+1) + j/(j+1) (r - 1 + n + u)/j
+    (r - 1 + e)/(r - 1 + n + 2e), r, n, u the relevant (d included), judged non-relevant and
+    pooled-but-unjudged (labelled below 0) documents down to d, e = 1e-5; summed over d and
+    divided by R. Documents without a qrels line are skipped."""
+    hits = lists.relevant(spec.relevance)
+    judged_nonrel = (lists.labels >= 0) & ~hits
+    pooled_unjudged = lists.in_qrels & (lists.labels < 0)
+    at = np.flatnonzero(hits)
+    r = lists.running_count(hits)[at].astype(np.float64)
+    n = lists.running_count(judged_nonrel)[at]
+    u = lists.running_count(pooled_unjudged)[at]
+    j = lists.position[at].astype(np.float64)
+    above = (r - 1 + n + u) / np.where(j > 0, j, 1.0)
+    share = (r - 1 + INFAP_EPSILON) / (r - 1 + n + 2 * INFAP_EPSILON)
+    term = np.where(j > 0, 1.0 / (j + 1.0) + (j / (j + 1.0)) * above * share, 1.0)
+    total = segment_sums(lists.segment[at], term, lists.size)
+    return safe_divide(total, lists.num_rel(spec.relevance))
+
+
+def binary_g(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """binG = (1/R) sum over relevant retrieved d of 1 / log2(2 + non-relevant above d)."""
+    hits = lists.relevant(spec.relevance)
+    at = np.flatnonzero(hits)
+    nonrel_above = lists.position[at] + 1 - lists.running_count(hits)[at]
+    total = segment_sums(lists.segment[at], 1.0 / np.log2(2.0 + nonrel_above), lists.size)
+    return safe_divide(total, lists.num_rel(spec.relevance))
+
+
+def unjudged(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """unj@k = |documents without a judgment (none, or a label below 0) in the top k| / k;
+    0 for a query missing from the run (-c)."""
+    k = _cutoff(spec)
+    return lists.count_ranked(lists.labels < 0, k) / k
+
+
+def rank_biased_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """RBP (Moffat and Zobel, 2008) = (1 - p) sum_i gain(label_i) p^(i-1), p the parameter
+    ``p`` (default 0.9); gains are the labels (or ``level=gain`` pairs), divided into [0, 1]
+    as (g - min) / (max - min) when one lies outside it; p^(i-1) is multiplied out down the
+    ranking, as trec_eval does."""
+    p = _persistence(spec)
+    gains = _gains(lists.labels, _gain_table(lists, spec))
+    low, high = _gain_range(lists, spec)
+    scaled = (low < 0) | (high > 1)  # per query: its levels are 0 to its largest label
+    low_of = low[lists.segment]
+    spread = np.where(scaled, high - low, 1.0)[lists.segment]
+    gains = np.where(scaled[lists.segment], (gains - low_of) / spread, gains)
+    total = lists.sum_ranked(gains * _powers(p, lists), None)
+    return (1.0 - p) * total
+
+
+def rbp_residual(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """rbp_resid = p^n + (1 - p) sum over unjudged documents i of p^(i-1), n documents
+    retrieved: how much RBP could still grow; 0 when every retrieved document is judged."""
+    p = _persistence(spec)
+    weight = _powers(p, lists)
+    unjudged_docs = lists.labels < 0
+    total = lists.sum_ranked(weight, unjudged_docs)
+    rest = _power_table(p, int(lists.num_ret.max(initial=0)) + 1)[lists.num_ret]
+    value = rest + (1 - p) * total
+    return np.where(lists.count(lists.segment, unjudged_docs) > 0, value, 0.0)
+
+
+def _persistence(spec: MeasureSpec) -> float:
+    p = 0.9
+    for key, value in spec.pairs:
+        if key == "p":
+            p = value
+    return p
+
+
+def _power_table(p: float, n: int) -> FloatArray:
+    """1, p, p p, ... (n entries), each the previous times p, as a C loop makes them."""
+    table = np.ones(max(n, 1))
+    if n > 1:
+        table[1:] = np.cumprod(np.full(n - 1, p))
+    return table
+
+
+def _powers(p: float, lists: RankedLists) -> FloatArray:
+    return _power_table(p, int(lists.num_ret.max(initial=0)))[lists.position]
+
+
+def _level(spec: MeasureSpec) -> float:
+    if spec.level is None:
+        raise ValueError(f"{spec} needs a level")
+    return spec.level
+
+
+def _interpolated(lists: RankedLists, spec: MeasureSpec, levels: list[float]) -> list[FloatArray]:
+    rel = spec.relevance
+    hits = lists.relevant(rel)
+    at = np.flatnonzero(hits)
+    segment = lists.segment[at]
+    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
+    best_below = _segment_suffix_max(segment, precision, lists.size)
+    first = np.searchsorted(segment, np.arange(lists.size))
+    found = np.bincount(segment, minlength=lists.size)
+    out = []
+    for level in levels:
+        wanted = level * lists.num_rel(rel)
+        floor = np.floor(wanted)
+        cut = np.where(wanted - floor >= 0.5, floor + 1, floor).astype(np.int64)  # lround
+        cut = np.maximum(cut, 1)
+        reached = cut <= found
+        index = np.where(reached, first + cut - 1, 0)
+        values = best_below[index] if len(best_below) else np.zeros(lists.size)
+        out.append(np.where(reached, values, 0.0))
+    return out
+
+
+def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> FloatArray:
+    """For each entry, the largest of ``values`` from it to the end of its segment (segments
+    ascending). Exact: the running maximum is taken over the values' ranks, which are
+    integers, so segments can be kept apart by an offset."""
+    if not len(values):
+        return values
+    distinct, rank = np.unique(values, return_inverse=True)
+    width = len(distinct)
+    key = (size - 1 - segment[::-1]) * width + rank[::-1]
+    running = np.maximum.accumulate(key)
+    return distinct[(running - (size - 1 - segment[::-1]) * width)][::-1]
+
+
+def _gain_table(lists: RankedLists, spec: MeasureSpec) -> dict[int, float]:
+    """Gain per label (trec_eval's setup_gains): the label itself, unless a ``level=gain``
+    pair sets it."""
+    gains = {int(level): float(level) for level in np.unique(lists.judged).tolist()}
+    gains.update(_gain_pairs(spec))
+    return gains
+
+
+def _gain_pairs(spec: MeasureSpec) -> dict[int, float]:
+    pairs = {}
+    for key, value in spec.pairs:
+        try:
+            pairs[int(key)] = value
+        except ValueError:
+            continue  # not a level (rbp's p)
+    return pairs
+
+
+def _gain_range(lists: RankedLists, spec: MeasureSpec) -> tuple[FloatArray, FloatArray]:
+    """The smallest and largest gain per query over its levels (0 to its largest label, each
+    with its gain) and the levels of the pairs, as trec_eval's setup_gains lists them."""
+    pairs = _gain_pairs(spec)
+    low = np.zeros(lists.size)
+    high = np.zeros(lists.size)
+    for top in np.unique(lists.max_judged).tolist():
+        lowest, highest = 0, top  # the extreme levels that keep their own gain
+        while lowest in pairs:
+            lowest += 1
+        while highest in pairs:
+            highest -= 1
+        gains = list(pairs.values()) + [float(v) for v in {lowest, highest} if 0 <= v <= top]
+        where = lists.max_judged == top
+        low[where], high[where] = min(gains), max(gains)
+    return low, high
+
+
+def _gains(labels: IntArray, gains: dict[int, float]) -> FloatArray:
+    """The gain of each label (0 for unjudged documents and unknown levels)."""
+    out = np.zeros(len(labels))
+    for level, gain in gains.items():
+        if gain:
+            out[labels == level] = gain
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GainRows:
+    """The gains of each query's ranking and of its ideal ranking (the positive gains of its
+    judged documents, largest first), one padded row per query: a row's running sums, taken
+    along the row, add up in rank order exactly as trec_eval's loops do."""
+
+    results: FloatArray
+    ideal: FloatArray
+    num_ret: IntArray
+    num_ideal: IntArray
+
+    @property
+    def discount(self) -> FloatArray:
+        """log2(rank + 1) for each column."""
+        return np.log2(np.arange(self.results.shape[1], dtype=np.float64) + 2.0)
+
+
+def gain_rows(lists: RankedLists, spec: MeasureSpec) -> GainRows:
+    """Gains per label as trec_eval's setup_gains gives them (the label, or ``level=gain``
+    pairs; 0 for unjudged documents), laid out in ``GainRows``."""
+    table = _gain_table(lists, spec)
+    ideal = _gains(lists.judged, table)
+    positive = ideal > 0
+    segment = lists.judged_segment[positive]
+    ideal = ideal[positive]
+    order = np.lexsort((-ideal, segment))
+    ideal, segment = ideal[order], segment[order]
+    num_ideal = np.bincount(segment, minlength=lists.size).astype(np.int64)
+    width = int(max(lists.num_ret.max(initial=0), num_ideal.max(initial=0))) + 1
+    results = np.zeros((lists.size, width))
+    results[lists.segment, lists.position] = _gains(lists.labels, table)
+    ideal_rows = np.zeros((lists.size, width))
+    starts = np.concatenate(([0], np.cumsum(num_ideal)))[:-1]
+    ideal_rows[segment, np.arange(len(segment)) - starts[segment]] = ideal
+    return GainRows(results, ideal_rows, lists.num_ret, num_ideal)
+
+
+def _last(rows: FloatArray) -> FloatArray:
+    return rows[:, -1] if rows.shape[1] else np.zeros(rows.shape[0])
+
+
+def gain_ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """nDCG with gains set per label (trec_eval ``ndcg.1=3,2=9``): DCG / ideal DCG, the
+    ideal ranking of the positive gains only; 0 when the ideal DCG is 0."""
+    rows = gain_rows(lists, spec)
+    dcg = _last(np.cumsum(rows.results / rows.discount, axis=1))
+    ideal = _last(np.cumsum(rows.ideal / rows.discount, axis=1))
+    return safe_divide(dcg, ideal)
+
+
+def dcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """DCG = sum_i gain(label_i) / log2(i + 1), gains as for ``ndcg`` (trec_eval dcg)."""
+    rows = gain_rows(lists, spec)
+    return _last(np.cumsum(rows.results / rows.discount, axis=1))
+
+
+def ndcg_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """ndcg_rel = nDCG averaged over the relevant documents (positive gain): at the rank of
+    each one retrieved, nDCG there; for each one not retrieved, nDCG at the end of the
+    ranking; divided by their number. 0 when that is 0."""
+    rows = gain_rows(lists, spec)
+    dcg_at = np.cumsum(rows.results / rows.discount, axis=1)
+    ideal_at = np.cumsum(rows.ideal / rows.discount, axis=1)
+    found = rows.results > 0
+    ratio = np.divide(dcg_at, ideal_at, out=np.zeros_like(dcg_at), where=found)
+    at_end = safe_divide(_last(dcg_at), _last(ideal_at))
+    missed = rows.num_ideal - found.sum(axis=1)
+    total = _last(np.cumsum(ratio, axis=1)) + missed * at_end
+    return np.where(total > 0, safe_divide(total, rows.num_ideal), 0.0)
+
+
+def r_ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """Rndcg = the mean of nDCG at each rank where the ideal ranking's gain changes (the R
+    of each gain level, the last at the number of positive gains), then at the end of the
+    ranking if it reaches two ranks past that, as trec_eval computes it; 0 when R = 0."""
+    rows = gain_rows(lists, spec)
+    dcg_at = np.cumsum(rows.results / rows.discount, axis=1)
+    ideal_at = np.cumsum(rows.ideal / rows.discount, axis=1)
+    size, width = rows.results.shape
+    j = np.arange(1, width)
+    # a boundary after the top j: the ideal gain at rank j + 1 differs from rank j's
+    boundary = (rows.ideal[:, 1:] != rows.ideal[:, :-1]) & (j <= rows.num_ideal[:, None])
+    ranked = np.minimum(j, rows.num_ret[:, None]) - 1
+    dcg_then = np.where(ranked >= 0, np.take_along_axis(dcg_at, np.maximum(ranked, 0), 1), 0.0)
+    ndcg_then = np.divide(dcg_then, ideal_at[:, :-1], out=np.zeros((size, width - 1)),
+                          where=boundary)
+    total = _last(np.cumsum(ndcg_then, axis=1)) if width > 1 else np.zeros(size)
+    points = boundary.sum(axis=1)
+    extra = rows.num_ret >= rows.num_ideal + 2
+    total = np.where(extra, total + safe_divide(_last(dcg_at), _last(ideal_at)), total)
+    points = points + extra
+    value = safe_divide(total, points)
+    return np.where(lists.num_rel(spec.relevance) > 0, value, 0.0)
+
+
+def normalized_gain(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
+    """G (trec_eval, experimental): sum over documents of gain_i / log2(2 + C_i - S_i),
+    C_i the running sum of max(ideal gain at i, 1) and S_i that of the gains so far, divided
+    by the sum of the ideal gains; 0 when that is 0."""
+    rows = gain_rows(lists, spec)
+    cost = np.cumsum(np.maximum(rows.ideal, 1.0), axis=1)
+    gained = np.cumsum(rows.results, axis=1)
+    within = np.arange(rows.results.shape[1]) < rows.num_ret[:, None]
+    terms = np.divide(rows.results, np.log2(2 + cost - gained),
+                      out=np.zeros_like(cost), where=within & (rows.results != 0))
+    ideal = _last(np.cumsum(rows.ideal, axis=1))
+    return safe_divide(_last(np.cumsum(terms, axis=1)), ideal)
+
+
+Shown = Literal["decimal", "count", "summary", "queries", "runid", "text"]
+"""How trec_eval prints a measure: ``decimal`` per query and summary (%.4f); ``count``
+per query and summary, an integer (the summary a sum); ``summary`` only in the summary
+(geometric means); ``queries`` the number of queries, summary only; ``runid`` the run's
+tag, summary only; ``text`` per query only, quoted (relstring)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Measure:
-    """A registered measure: its per-query function and how its values aggregate."""
+    """A registered measure: its per-query function, how its values aggregate and print."""
 
     per_query: Callable[[RankedLists, MeasureSpec], FloatArray]
     aggregate: Callable[[FloatArray], float | None]
+    shown: Shown = "decimal"
 
 
 def arithmetic_mean(values: FloatArray) -> float | None:
@@ -188,6 +599,21 @@ def geometric_mean(values: FloatArray) -> float | None:
     if not len(present):
         return None
     return math.exp(_in_order(np.log(np.maximum(present, GEOMETRIC_FLOOR))) / len(present))
+
+
+def total(values: FloatArray) -> float | None:
+    """The sum over queries (trec_eval's num_ret, num_rel ...); counts add up exactly."""
+    return float(values.sum())
+
+
+def count(values: FloatArray) -> float | None:
+    """The number of queries (trec_eval num_q)."""
+    return float(len(values))
+
+
+def nothing(values: FloatArray) -> float | None:
+    """No summary value (runid prints the run's tag, relstring none)."""
+    return None
 
 
 def _in_order(values: FloatArray) -> float:
@@ -209,8 +635,53 @@ MEASURES: dict[str, Measure] = {
     "bpref": Measure(bpref, arithmetic_mean),
     "Success": Measure(success, arithmetic_mean),
     "Judged": Measure(judged, arithmetic_mean),
-    "GMAP": Measure(average_precision, geometric_mean),
+    "GMAP": Measure(average_precision, geometric_mean, "summary"),
+    "runid": Measure(run_id, nothing, "runid"),
+    "num_q": Measure(num_q, count, "queries"),
+    "num_ret": Measure(num_ret, total, "count"),
+    "num_rel": Measure(num_rel, total, "count"),
+    "num_rel_ret": Measure(num_rel_ret, total, "count"),
+    "iprec_at_recall": Measure(interpolated_precision, arithmetic_mean),
+    "relstring": Measure(run_id, nothing, "text"),
+    "infAP": Measure(inferred_ap, arithmetic_mean),
+    "gm_bpref": Measure(bpref, geometric_mean, "summary"),
+    "Rprec_mult": Measure(r_precision_multiple, arithmetic_mean),
+    "utility": Measure(utility, arithmetic_mean),
+    "11pt_avg": Measure(eleven_point_average, arithmetic_mean),
+    "binG": Measure(binary_g, arithmetic_mean),
+    "relative_P": Measure(relative_precision, arithmetic_mean),
+    "set_P": Measure(set_precision, arithmetic_mean),
+    "set_relative_P": Measure(set_relative_precision, arithmetic_mean),
+    "set_recall": Measure(set_recall, arithmetic_mean),
+    "set_map": Measure(set_map, arithmetic_mean),
+    "set_F": Measure(set_f, arithmetic_mean),
+    "num_nonrel_judged_ret": Measure(num_nonrel_judged_ret, total, "count"),
+    "rbp": Measure(rank_biased_precision, arithmetic_mean),
+    "rbp_resid": Measure(rbp_residual, arithmetic_mean),
+    "unj": Measure(unjudged, arithmetic_mean),
+    "G": Measure(normalized_gain, arithmetic_mean),
+    "dcg": Measure(dcg, arithmetic_mean),
+    "ndcg_rel": Measure(ndcg_rel, arithmetic_mean),
+    "Rndcg": Measure(r_ndcg, arithmetic_mean),
 }
+
+
+def relstring(lists: RankedLists, spec: MeasureSpec) -> list[str]:
+    """trec_eval's relstring: the labels of the top n documents (default 10), one character
+    each: the digit of a label 0 to 9, '>' above 9, '-' for a document without a qrels line,
+    '.' for one judged below 0."""
+    n = int(spec.values[0]) if spec.values else 10
+    top = lists.position < n
+    chars = np.where(lists.labels > 9, ord(">"), ord("0") + np.clip(lists.labels, 0, 9))
+    chars = np.where(lists.labels < 0, np.where(lists.in_qrels, ord("."), ord("-")), chars)
+    text = chars[top].astype(np.uint8).tobytes().decode("ascii")
+    bounds = np.concatenate(([0], np.cumsum(lists.count(lists.segment, top))))
+    return [text[bounds[q]:bounds[q + 1]] for q in range(lists.size)]
+
+
+def shown(spec: MeasureSpec) -> Shown:
+    """How ``spec``'s values print (``Shown``)."""
+    return MEASURES[spec.name].shown
 
 
 def score(lists: RankedLists, spec: MeasureSpec) -> FloatArray:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from monitor.offline.evaluate import Evaluation
+from monitor.offline.measures import Shown, shown
 from monitor.offline.spec import MeasureSpec
 
 Named = tuple[str, MeasureSpec]
@@ -22,21 +23,30 @@ other query, and ``all`` stays the summary's."""
 
 
 def format_text(evaluation: Evaluation, measures: Sequence[Named], per_query: bool) -> str:
-    """``name<TAB>qid<TAB>value`` lines as trec_eval prints them (%.4f, per query first)."""
+    """``name<TAB>qid<TAB>value`` lines as trec_eval prints them (%.4f, counts as integers,
+    per query first)."""
     lines = []
     if per_query:
-        # a geometric mean has no per-query value (trec_eval gm_map)
-        columns = [(f"{name:<22}", evaluation.values[spec].tolist())
-                   for name, spec in measures if spec.name != "GMAP"]
+        columns = [(f"{name:<22}", spec, shown(spec)) for name, spec in measures
+                   if shown(spec) in ("decimal", "count", "text")]
+        values = {spec: evaluation.values[spec].tolist() for _, spec, _ in columns}
         for i, qid in enumerate(evaluation.query_ids):
-            for label, values in columns:
-                if not math.isnan(values[i]):
-                    lines.append(f"{label}\t{qid}\t{values[i]:.4f}")
+            for label, spec, how in columns:
+                if how == "text":
+                    lines.append(f"{label}\t{qid}\t'{evaluation.texts[spec][i]}'")
+                elif not math.isnan(value := values[spec][i]):
+                    lines.append(f"{label}\t{qid}\t{_number(value, how)}")
     for name, spec in measures:
-        summary = evaluation.summary[spec]
-        if summary is not None:
-            lines.append(f"{name:<22}\t{SUMMARY_KEY}\t{summary:.4f}")
+        how = shown(spec)
+        if how == "runid":
+            lines.append(f"{name:<22}\t{SUMMARY_KEY}\t{evaluation.run_id}")
+        elif (summary := evaluation.summary[spec]) is not None:
+            lines.append(f"{name:<22}\t{SUMMARY_KEY}\t{_number(summary, how)}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _number(value: float, how: Shown) -> str:
+    return f"{int(value)}" if how in ("count", "queries") else f"{value:.4f}"
 
 
 def format_json(evaluation: Evaluation, measures: Sequence[Named], per_query: bool) -> str:
@@ -49,7 +59,14 @@ def format_json(evaluation: Evaluation, measures: Sequence[Named], per_query: bo
     out: dict[str, dict[str, float | None]] = {}
     for name, spec in measures:
         entry: dict[str, float | None] = {}
-        if per_query and spec.name != "GMAP":
+        if shown(spec) == "runid":
+            out[name] = {SUMMARY_KEY: evaluation.run_id}  # type: ignore[dict-item]
+            continue
+        if shown(spec) == "text":
+            if per_query:
+                out[name] = dict(zip(keys, evaluation.texts[spec], strict=True))  # type: ignore[arg-type]
+            continue
+        if per_query and shown(spec) in ("decimal", "count"):
             values = evaluation.values[spec].tolist()
             for key, value in zip(keys, values, strict=True):
                 entry[key] = None if math.isnan(value) else value
@@ -73,6 +90,8 @@ def skipped_note(evaluation: Evaluation, measures: Sequence[Named]) -> list[str]
     """One line per measure that skipped queries (``no_rel=skip``), saying how many."""
     notes = []
     for name, spec in measures:
+        if shown(spec) in ("runid", "text"):  # no number to skip
+            continue
         skipped = int(np.isnan(evaluation.values[spec]).sum())
         if skipped:
             notes.append(f"{name}: {skipped} queries without relevant judged documents skipped")

@@ -10,9 +10,10 @@ trec_eval's grammar is printed as trec_eval prints it (``ndcg_cut.5,10`` gives
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 Denominator = Literal["R", "min_R_k", "rel_ret", "k", "retrieved"]
@@ -77,6 +78,10 @@ class MeasureSpec:
     gain: Gain = "linear"
     ideal: Ideal = "judged"
     negative: Negative = "unjudged"
+    level: float | None = None
+    values: tuple[float, ...] = ()
+    pairs: tuple[tuple[str, float], ...] = ()
+    printable: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         choices = MEASURE_GRAMMAR.get(self.name, ("", {}))[1].get("denom")
@@ -94,74 +99,169 @@ class MeasureSpec:
 
     def __str__(self) -> str:
         params = []
+        text = self.name
+        if self.name in TREC_NAMED:  # named only by trec_eval's name, with its parameters
+            text = trec_eval_name(replace(self, rel=None, no_rel="zero"))
         for f in fields(self):
-            if f.name in ("name", "cutoff"):
+            if f.name in ("name", "cutoff", *_TREC_PARAMETERS):
                 continue
             value = getattr(self, f.name)
             if value != f.default:
                 params.append(f"{f.name}={value}")
-        text = self.name
         if params:
             text += "(" + ",".join(sorted(params)) + ")"
-        if self.cutoff is not None:
+        if self.cutoff is not None and self.name not in TREC_NAMED:
             text += f"@{self.cutoff}"
         return text
 
 
 _OURS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*)(?:\((?P<params>[^()]*)\))?(?:@(?P<k>\S+))?$")
 
-# trec_eval's measure name -> (our name, whether it takes a cutoff: ``P.5,10``, ``P_5``)
-_TREC_NAMES: dict[str, tuple[str, bool]] = {
-    "P": ("P", True),
-    "recall": ("R", True),
-    "map": ("AP", False),
-    "map_cut": ("AP", True),
-    "ndcg": ("nDCG", False),
-    "ndcg_cut": ("nDCG", True),
-    "recip_rank": ("RR", False),
-    "Rprec": ("Rprec", False),
-    "bpref": ("bpref", False),
-    "success": ("Success", True),
-    "gm_map": ("GMAP", False),
+ParamKind = Literal["none", "cutoffs", "levels", "values", "pairs"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrecMeasure:
+    """How trec_eval names a measure: the name of our spec, the kind of parameters its name
+    takes and the ones it takes when named without any.
+
+    ``cutoffs`` (``P.5,10``) and ``levels`` (``iprec_at_recall..1,.5``, printed ``%.2f``)
+    give one spec each, in ascending order; ``values`` (``utility.1,-1,0,0``) and ``pairs``
+    (``ndcg.1=3,2=9``, ``rbp.p=0.8``) are the parameters of one spec, printed as given
+    (``utility_1,-1,0,0``); named without them, the measure prints its bare name.
+    """
+
+    ours: str
+    params: ParamKind = "none"
+    defaults: tuple[float, ...] = ()
+
+
+_DEPTHS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
+_RECALL_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+TREC_MEASURES: dict[str, TrecMeasure] = {
+    "runid": TrecMeasure("runid"),
+    "num_q": TrecMeasure("num_q"),
+    "num_ret": TrecMeasure("num_ret"),
+    "num_rel": TrecMeasure("num_rel"),
+    "num_rel_ret": TrecMeasure("num_rel_ret"),
+    "map": TrecMeasure("AP"),
+    "gm_map": TrecMeasure("GMAP"),
+    "Rprec": TrecMeasure("Rprec"),
+    "bpref": TrecMeasure("bpref"),
+    "recip_rank": TrecMeasure("RR"),
+    "iprec_at_recall": TrecMeasure("iprec_at_recall", "levels", _RECALL_LEVELS),
+    "P": TrecMeasure("P", "cutoffs", _DEPTHS),
+    "relstring": TrecMeasure("relstring", "values", (10,)),
+    "recall": TrecMeasure("R", "cutoffs", _DEPTHS),
+    "infAP": TrecMeasure("infAP"),
+    "gm_bpref": TrecMeasure("gm_bpref"),
+    "Rprec_mult": TrecMeasure(
+        "Rprec_mult", "levels", (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)
+    ),
+    "utility": TrecMeasure("utility", "values", (1.0, -1.0, 0.0, 0.0)),
+    "11pt_avg": TrecMeasure("11pt_avg", "values", _RECALL_LEVELS),
+    "binG": TrecMeasure("binG"),
+    "G": TrecMeasure("G", "pairs"),
+    "dcg": TrecMeasure("dcg", "pairs"),
+    "ndcg": TrecMeasure("nDCG", "pairs"),
+    "ndcg_rel": TrecMeasure("ndcg_rel", "pairs"),
+    "Rndcg": TrecMeasure("Rndcg", "pairs"),
+    "ndcg_cut": TrecMeasure("nDCG", "cutoffs", _DEPTHS),
+    "map_cut": TrecMeasure("AP", "cutoffs", _DEPTHS),
+    "relative_P": TrecMeasure("relative_P", "cutoffs", _DEPTHS),
+    "success": TrecMeasure("Success", "cutoffs", (1, 5, 10)),
+    "set_P": TrecMeasure("set_P"),
+    "set_relative_P": TrecMeasure("set_relative_P"),
+    "set_recall": TrecMeasure("set_recall"),
+    "set_map": TrecMeasure("set_map"),
+    "set_F": TrecMeasure("set_F", "values", (1.0,)),
+    "num_nonrel_judged_ret": TrecMeasure("num_nonrel_judged_ret"),
+    "rbp": TrecMeasure("rbp", "pairs"),
+    "rbp_resid": TrecMeasure("rbp_resid", "pairs"),
+    "unj": TrecMeasure("unj", "cutoffs", (5, 10, 20)),
 }
-_TREC_PRINTED = {value: trec for trec, value in _TREC_NAMES.items()}
-TREC_ORDER = (
-    "map", "gm_map", "Rprec", "bpref", "recip_rank", "P", "recall", "ndcg", "ndcg_cut",
-    "map_cut", "success",
+"""trec_eval 10's measures (of ``all_trec``, and ``dcg``) in the order it prints them (its
+measure table), whatever the order they were asked in."""
+
+TREC_NICKNAMES: dict[str, tuple[str, ...]] = {
+    "official": (
+        "runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec",
+        "bpref", "recip_rank", "iprec_at_recall", "P",
+    ),
+    "set": (
+        "runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "utility", "set_P",
+        "set_recall", "set_relative_P", "set_map", "set_F",
+    ),
+    "all_trec": (
+        "runid", "num_q", "num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec",
+        "bpref", "recip_rank", "iprec_at_recall", "P", "relstring", "recall", "unj", "rbp",
+        "rbp_resid", "infAP", "gm_bpref", "utility", "11pt_avg", "ndcg", "relative_P",
+        "Rprec_mult", "success", "map_cut", "ndcg_cut", "ndcg_rel", "Rndcg", "binG", "G",
+        "set_P", "set_recall", "set_relative_P", "set_map", "set_F", "num_nonrel_judged_ret",
+    ),
+}
+"""trec_eval's names for sets of measures (``-m all_trec``), each measure with its defaults."""
+
+TREC_NAMED = frozenset(
+    trec for trec, measure in TREC_MEASURES.items()
+    if measure.ours == trec and trec not in MEASURE_GRAMMAR
 )
-"""The order trec_eval 10 prints its measures in (its measure table), whatever the order
-they were asked in; a measure's cutoffs print in ascending order."""
-_TREC_PRINTED_NAME = re.compile(r"^(?P<family>[A-Za-z_]+?)(?:_(?P<k>[0-9]+))?$")
+"""Measures we name as trec_eval does, in both grammars (``infAP``, ``utility_2,-1,0,0``)."""
+
+_TREC_PARAMETERS = ("level", "values", "pairs", "printable")
+_TREC_PRINTED = {
+    (measure.ours, measure.params == "cutoffs"): trec for trec, measure in TREC_MEASURES.items()
+}
+TREC_ORDER = tuple(TREC_MEASURES)
+TREC_DEFAULT_CUTOFFS: dict[str, tuple[int, ...]] = {
+    trec: tuple(int(k) for k in measure.defaults)
+    for trec, measure in TREC_MEASURES.items() if measure.params == "cutoffs"
+}
+"""trec_eval 10's cutoffs of a measure named without any (``-m P``: P_5 to P_1000)."""
+
+Named = tuple[str, MeasureSpec]
 
 
-def trec_order(named: Sequence[tuple[str, MeasureSpec]]) -> list[tuple[str, MeasureSpec]]:
+def trec_family(spec: MeasureSpec) -> str | None:
+    """The trec_eval measure ``spec`` belongs to (``P`` for P@5), None if none."""
+    return _TREC_PRINTED.get((spec.name, spec.cutoff is not None))
+
+
+def trec_order(named: Sequence[Named]) -> list[Named]:
     """``named`` as trec_eval prints them: the measures asked for by a trec_eval name in
-    trec_eval's order (``TREC_ORDER``, cutoffs ascending), then the others in the order
-    given; each once."""
-    trec: dict[str, tuple[tuple[int, int], MeasureSpec]] = {}
+    trec_eval's order (``TREC_ORDER``, cutoffs and levels ascending), then the others in the
+    order given; each once."""
+    trec: dict[str, tuple[tuple[int, float], MeasureSpec]] = {}
     ours: dict[str, MeasureSpec] = {}
     for name, spec in named:
-        printed = _TREC_PRINTED_NAME.match(name)
-        family = printed["family"] if printed else None
+        family = trec_family(spec)
         try:
-            is_trec = trec_eval_name(spec) == name and family in TREC_ORDER
+            is_trec = family is not None and trec_eval_name(spec) == name
         except ValueError:
             is_trec = False
         if is_trec:
-            trec[name] = ((TREC_ORDER.index(str(family)), spec.cutoff or 0), spec)
+            within = spec.cutoff if spec.cutoff is not None else spec.level or 0.0
+            trec.setdefault(name, ((TREC_ORDER.index(str(family)), within), spec))
         else:
             ours.setdefault(name, spec)
     ordered = sorted(trec.items(), key=lambda item: item[1][0])
     return [(name, spec) for name, (_, spec) in ordered] + list(ours.items())
-TREC_DEFAULT_CUTOFFS: dict[str, tuple[int, ...]] = {
-    "P": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
-    "recall": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
-    "map_cut": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
-    "ndcg_cut": (5, 10, 15, 20, 30, 100, 200, 500, 1000),
-    "success": (1, 5, 10),
-}
-"""trec_eval 10's cutoffs of a measure named without any (``-m P``: P_5 to P_1000)."""
-_TREC = re.compile(r"^(?P<name>[A-Za-z_]+?)(?:[._](?P<k>[0-9][0-9,]*))?$")
+
+
+def parse_requested(texts: Sequence[str]) -> list[Named]:
+    """The measures of several names (``-m`` options) as trec_eval prints them: in its
+    order (``trec_order``), a measure named with parameters (``-m all_trec -m P.5``) printed
+    with those only, not with its defaults too."""
+    asked: list[tuple[Named, bool]] = []
+    for text in texts:
+        defaulted = text.strip() in TREC_NICKNAMES or text.strip() in TREC_MEASURES
+        asked += [(named, defaulted) for named in parse_named(text)]
+    explicit = {trec_family(spec) for (_, spec), defaulted in asked if not defaulted}
+    return trec_order([
+        named for named, defaulted in asked
+        if not defaulted or trec_family(named[1]) not in explicit
+    ])
 
 
 def parse_measure(text: str) -> MeasureSpec:
@@ -177,21 +277,22 @@ def parse_measures(text: str) -> list[MeasureSpec]:
     return [spec for _, spec in parse_named(text)]
 
 
-def parse_named(text: str) -> list[tuple[str, MeasureSpec]]:
+def parse_named(text: str) -> list[Named]:
     """Parse like ``parse_measures``, each spec with the name to print for it.
 
     A trec_eval name prints as trec_eval prints it (``ndcg_cut.5,10``: ``ndcg_cut_5`` and
     ``ndcg_cut_10``; ``P.5``: ``P_5``), any other as its canonical name; both parse back to
-    the same spec.
+    the same spec. A nickname of trec_eval (``all_trec``, ``official``, ``set``) gives its
+    measures with their defaults.
     """
     text = text.strip()
-    defaults = TREC_DEFAULT_CUTOFFS.get(text)
-    if defaults is not None:  # trec_eval's default cutoffs
-        name = _TREC_NAMES[text][0]
-        return [(trec_eval_name(spec), spec) for spec in (MeasureSpec(name, k) for k in defaults)]
-    trec = _TREC.match(text)
-    if trec and trec["name"] in _TREC_NAMES and not _is_our_name(text):
-        return [(trec_eval_name(spec), spec) for spec in _from_trec(text, trec["name"], trec["k"])]
+    if text in TREC_NICKNAMES:
+        return [named for trec in TREC_NICKNAMES[text] for named in _trec_defaults(trec)]
+    if text in TREC_MEASURES:
+        return _trec_defaults(text)
+    family, params = _split_trec(text)
+    if family is not None and params is not None:
+        return [(trec_eval_name(spec), spec) for spec in _from_trec(text, family, params)]
     ours = _OURS.match(text)
     if not ours or ours["name"] not in MEASURE_GRAMMAR:
         raise MeasureNameError(f"unknown measure {text!r}")
@@ -200,14 +301,54 @@ def parse_named(text: str) -> list[tuple[str, MeasureSpec]]:
 
 
 def trec_eval_name(spec: MeasureSpec) -> str:
-    """The name trec_eval prints for ``spec`` (``P_5``, ``map_cut_10``, ``ndcg``).
+    """The name trec_eval prints for ``spec`` (``P_5``, ``map_cut_10``, ``ndcg``,
+    ``iprec_at_recall_0.10``, ``utility_2,-1,0,0``).
 
     Raises ValueError for a spec trec_eval has no name for (a parameter, F1, Judged).
     """
-    trec = _TREC_PRINTED.get((spec.name, spec.cutoff is not None))
-    if trec is None or spec != MeasureSpec(spec.name, spec.cutoff):
+    trec = trec_family(spec)
+    plain = replace(spec, level=None, values=(), pairs=(), printable=None)
+    if trec is None or plain != MeasureSpec(spec.name, spec.cutoff):
         raise ValueError(f"trec_eval has no name for {spec}")
-    return trec if spec.cutoff is None else f"{trec}_{spec.cutoff}"
+    kind = TREC_MEASURES[trec].params
+    if (spec.level is not None) != (kind == "levels") or (
+        spec.values and kind != "values") or (spec.pairs and kind != "pairs"):
+        raise ValueError(f"trec_eval has no name for {spec}")
+    if kind == "cutoffs":
+        return f"{trec}_{spec.cutoff}"
+    if kind == "levels":
+        return f"{trec}_{spec.level:.2f}"
+    if spec.printable is not None:
+        return f"{trec}_{spec.printable}"
+    if spec.values:
+        return f"{trec}_" + ",".join(f"{v:g}" for v in spec.values)
+    if spec.pairs:
+        return f"{trec}_" + ",".join(f"{k}={v:g}" for k, v in spec.pairs)
+    return trec
+
+
+def _trec_defaults(trec: str) -> list[Named]:
+    measure = TREC_MEASURES[trec]
+    if measure.params == "cutoffs":
+        specs = [MeasureSpec(measure.ours, int(k)) for k in measure.defaults]
+    elif measure.params == "levels":
+        specs = [MeasureSpec(measure.ours, level=level) for level in measure.defaults]
+    else:
+        specs = [MeasureSpec(measure.ours)]
+    return [(trec_eval_name(spec), spec) for spec in specs]
+
+
+def _split_trec(text: str) -> tuple[str | None, str | None]:
+    """trec_eval's measure and parameters of ``text``: split at the first '.', as trec_eval
+    does (``P.5``, ``11pt_avg..25,.5``), or after the longest measure name followed by '_'
+    (the printed ``P_5``, ``utility_2,-1,0,0``)."""
+    name, dot, params = text.partition(".")
+    if dot and name in TREC_MEASURES:
+        return name, params
+    for trec in sorted(TREC_MEASURES, key=len, reverse=True):
+        if text.startswith(trec + "_") and not _is_our_name(text):
+            return trec, text[len(trec) + 1:]
+    return None, None
 
 
 def _is_our_name(text: str) -> bool:
@@ -215,16 +356,42 @@ def _is_our_name(text: str) -> bool:
     return text in MEASURE_GRAMMAR
 
 
-def _from_trec(text: str, trec_name: str, cutoffs: str | None) -> list[MeasureSpec]:
-    name, takes_cutoff = _TREC_NAMES[trec_name]
-    if not takes_cutoff:
-        if cutoffs is not None:
-            # map.5 is not map_cut.5: trec_eval's map takes no cutoff
-            raise MeasureNameError(f"measure {text!r}: {trec_name} takes no cutoff")
-        return [MeasureSpec(name)]
-    if cutoffs is None:
-        raise MeasureNameError(f"measure {text!r}: {trec_name} needs a cutoff")
-    return [MeasureSpec(name, cutoff=_cutoff(text, k)) for k in cutoffs.split(",") if k]
+def _from_trec(text: str, trec: str, params: str) -> list[MeasureSpec]:
+    measure = TREC_MEASURES[trec]
+    name = measure.ours
+    if measure.params == "none":
+        # map.5 is not map_cut.5: trec_eval's map takes no cutoff
+        raise MeasureNameError(f"measure {text!r}: {trec} takes no cutoff")
+    items = [item for item in params.split(",") if item.strip()]
+    if not items:
+        raise MeasureNameError(f"measure {text!r}: {trec} needs parameters after its name")
+    if measure.params == "cutoffs":
+        # trec_eval reads a cutoff with atol: ndcg_cut.23.4 is ndcg_cut_23
+        cutoffs = [_cutoff(text, re.sub(r"^([0-9]+)\.[0-9]*$", r"\1", k)) for k in items]
+        return [MeasureSpec(name, cutoff=k) for k in cutoffs]
+    if measure.params == "levels":
+        return [MeasureSpec(name, level=v) for v in sorted({_number(text, v) for v in items})]
+    if measure.params == "values":
+        values = tuple(_number(text, v) for v in items)
+        return [MeasureSpec(name, values=values, printable=params)]
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise MeasureNameError(f"measure {text!r}: expected name=value pairs, got {item!r}")
+        pairs.append((key.strip(), _number(text, value)))
+    return [MeasureSpec(name, pairs=tuple(pairs), printable=params)]
+
+
+def _number(text: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise MeasureNameError(f"measure {text!r}: expected a number, got {value!r}")
+    return number
+
 
 
 def _from_ours(text: str, name: str, params: str | None, k: str | None) -> MeasureSpec:

@@ -136,12 +136,17 @@ class Run:
     qids: Strings
     docs: Strings
     scores: FloatArray
+    run_id: str = ""
+    """The tag (sixth column) of the file's last line, which trec_eval prints as runid."""
 
     @classmethod
     def from_columns(
-        cls, qids: Sequence[bytes], docs: Sequence[bytes], scores: Sequence[float]
+        cls, qids: Sequence[bytes], docs: Sequence[bytes], scores: Sequence[float],
+        run_id: str = "",
     ) -> Run:
-        return cls(Strings.of(qids), Strings.of(docs), np.asarray(scores, dtype=np.float64))
+        return cls(
+            Strings.of(qids), Strings.of(docs), np.asarray(scores, dtype=np.float64), run_id
+        )
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -177,10 +182,22 @@ def parse_run(data: Data, source: str, *, path: str | None = None) -> Run:
         qids, docs, values = columns
         scores = _floats(values)
         if scores is not None and not np.isnan(scores).any():
-            run = Run(Strings(qids), Strings(docs), scores)
+            run = Run(Strings(qids), Strings(docs), scores, _last_tag(data))
             if not _has_repeated_pair(run.qids, run.docs):
                 return run
     return _parse_run_by_line(data, source)
+
+
+def _last_tag(data: Data) -> str:
+    """The sixth column of the last line that is neither blank nor a comment."""
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end) + 1
+        fields = bytes(data[start:end]).split()
+        if fields and not fields[0].startswith(b"#"):
+            return fields[5].decode("utf-8", "replace") if len(fields) > 5 else ""
+        end = start - 1
+    return ""
 
 
 def pair_keys(
@@ -524,7 +541,7 @@ def _parse_run_by_line(data: Data, source: str) -> Run:
         qids.append(fields[0])
         docs.append(fields[2])
         scores.append(score)
-    return Run.from_columns(qids, docs, scores)
+    return Run.from_columns(qids, docs, scores, _last_tag(data))
 
 
 def _check_no_nul(where: str, fields: list[bytes]) -> None:

@@ -308,8 +308,22 @@ ALL_SPECS = [
     MeasureSpec("nDCG", cutoff=5, ideal="retrieved"), MeasureSpec("Rprec"), MeasureSpec("bpref"),
     MeasureSpec("Success", cutoff=3), MeasureSpec("Judged", cutoff=5), MeasureSpec("GMAP"),
     MeasureSpec("Judged", cutoff=5, denom="retrieved", negative="judged"),
+    MeasureSpec("iprec_at_recall", level=0.0), MeasureSpec("iprec_at_recall", level=0.5),
+    MeasureSpec("infAP"), MeasureSpec("gm_bpref"), MeasureSpec("Rprec_mult", level=0.6),
+    MeasureSpec("Rprec_mult", level=2.0), MeasureSpec("11pt_avg"), MeasureSpec("binG"),
+    MeasureSpec("G"), MeasureSpec("nDCG", pairs=(("1", 3.0), ("2", 9.0))),
+    MeasureSpec("ndcg_rel"), MeasureSpec("Rndcg"), MeasureSpec("relative_P", cutoff=5),
+    MeasureSpec("set_P"), MeasureSpec("set_relative_P"), MeasureSpec("set_recall"),
+    MeasureSpec("set_map"), MeasureSpec("set_F"), MeasureSpec("rbp"),
+    MeasureSpec("rbp", pairs=(("p", 0.5),)), MeasureSpec("rbp_resid"),
+    MeasureSpec("unj", cutoff=5),
 ]
-assert {s.name for s in ALL_SPECS} == set(MEASURES)
+UNBOUNDED_SPECS = [  # counts, sums of gains and the utility: not in [0, 1]
+    MeasureSpec("num_q"), MeasureSpec("num_ret"), MeasureSpec("num_rel"),
+    MeasureSpec("num_rel_ret"), MeasureSpec("num_nonrel_judged_ret"), MeasureSpec("utility"),
+    MeasureSpec("dcg"), MeasureSpec("runid"), MeasureSpec("relstring"),
+]
+assert {s.name for s in ALL_SPECS + UNBOUNDED_SPECS} == set(MEASURES)
 
 # a query: per ranked document its label (-1 = unjudged), plus labels of unretrieved judged docs
 query_strategy = st.tuples(
@@ -369,7 +383,9 @@ def test_reordering_non_relevant_documents_changes_nothing(
     for i, v in zip(nonrel_positions, shuffled, strict=True):
         permuted[i] = v
     before, after = lists_of(build(ranked, unretrieved)), lists_of(build(permuted, unretrieved))
-    # bpref and Judged tell judged non-relevant from unjudged, so they may change
+    # bpref, Judged and the measures below tell judged non-relevant from unjudged (or weigh
+    # non-relevant documents by their label's gain), so they may change
     for spec in ALL_SPECS:
-        if spec.name not in {"bpref", "Judged"}:
+        if spec.name not in {"bpref", "Judged", "gm_bpref", "infAP", "unj", "rbp",
+                             "rbp_resid", "G", "Rndcg", "ndcg_rel", "nDCG"}:
             assert values(before, spec) == values(after, spec), str(spec)

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from monitor.cli.main import main
 from monitor.offline.evaluate import Evaluation, evaluate
 from monitor.offline.spec import MeasureSpec
 from monitor.offline.trec import parse_qrels, parse_run
@@ -129,3 +130,29 @@ def test_a_mean_on_a_rounding_tie_prints_as_trec_eval_prints_it() -> None:
                      [MeasureSpec("P", cutoff=20)])
     mean = found.summary[MeasureSpec("P", cutoff=20)]
     assert mean is not None and f"{mean:.4f}" == "0.2562"
+
+
+MEAS_PARAMS = [
+    "-miprec_at_recall..10,.20,.25,.75,.50", "-m", "P.5,7,3", "-m", "recall.20,2000",
+    "-m", "Rprec_mult.5.0,0.2,0.35", "-mutility.2,-1,0,0", "-m", "11pt_avg..25,.5,.75",
+    "-mndcg.1=3,2=9,4=4.5", "-mndcg_cut.10,20,23.4", "-msuccess.2,5,20",
+]
+BYTE_CASES = [  # trec_eval's quicktest commands (tests/data/README.md), "official" for none
+    ("out.test", ["-m", "official", "qrels.test", "results.test"]),
+    ("out.test.a", ["-m", "all_trec", "qrels.test", "results.test"]),
+    ("out.test.aq", ["-m", "all_trec", "-q", "qrels.test", "results.test"]),
+    ("out.test.aqc", ["-m", "all_trec", "-q", "-c", "qrels.test", "results.trunc"]),
+    ("out.test.aqcM", ["-m", "all_trec", "-q", "-c", "-M", "100", "qrels.test", "results.trunc"]),
+    ("out.test.aql", ["-m", "all_trec", "-mrelstring.20", "-q", "-l", "2", "qrels.rel_level",
+                      "results.test"]),
+    ("out.test.meas_params", ["-q", *MEAS_PARAMS, "qrels.test", "results.test"]),
+]
+
+
+@pytest.mark.parametrize(("expected", "arguments"), BYTE_CASES)
+def test_output_is_trec_evals_byte_for_byte(
+    expected: str, arguments: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [str(DATA / a) if (DATA / a).is_file() else a for a in arguments]
+    assert main(["eval", *files]) == 0
+    assert capsys.readouterr().out == (DATA / expected).read_text()
