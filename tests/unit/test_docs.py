@@ -412,3 +412,15 @@ def test_the_metrics_reference_gives_each_catalogued_family_its_type_and_labels(
             problems.append(f"{family.name}: documented {found}, declared "
                             f"{(kind, labels)}")
     assert not problems, f"{shown(METRICS)}:\n" + "\n".join(problems)
+
+
+def test_the_measures_reference_lists_every_trec_eval_name() -> None:
+    from monitor.offline.spec import TREC_MEASURES
+
+    text = (DOCS / "reference" / "measures.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([A-Za-z0-9_]+)` \|", text, re.MULTILINE))
+    nicknames = {"all_trec", "official", "set"}
+    missing = sorted(set(TREC_MEASURES) - listed - nicknames)
+    assert not missing, f"docs/reference/measures.md: trec_eval names not listed: {missing}"
+    for nickname in nicknames:
+        assert f"`{nickname}`" in text, nickname
