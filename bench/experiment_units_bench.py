@@ -2,10 +2,10 @@
 distinct users.
 
 Feeds queries of ``--users`` distinct users (half in each variant) to the experiments part
-and prints, measured with tracemalloc, the memory it holds (the exact unit arrays, the
-per-bucket sums, the HyperLogLog registers), the size of its checkpoint, and the time per
-query. Then the same past ``max_units``: the exact arrays stop growing (bounded) and the
-count becomes an estimate, whose error is printed.
+and prints the memory it holds (the exact unit arrays, the per-bucket sums and the
+HyperLogLog registers, by their sizes; and the process's resident memory growth), the size of
+its checkpoint, and the time per query. Then the same past ``max_units``: the exact arrays
+stop growing (bounded) and the count becomes an estimate, whose error is printed.
 """
 
 from __future__ import annotations
@@ -13,37 +13,47 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
-import tracemalloc
 from dataclasses import asdict
 
 from monitor.config import ExperimentConfig
 from monitor.core.experiments import Experiments
 
 
+def resident() -> int:
+    """The process's resident memory, in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def run(users: int, max_units: int) -> None:
     config = ExperimentConfig(id="e", attribute="ranker", control="A",
                               split={"A": 0.5, "B": 0.5}, max_units=max_units)
     gc.collect()
-    tracemalloc.start()
+    before = resident()
     experiments = Experiments.from_config([config])
     start = time.perf_counter()
     for user in range(users):
-        variant = "AB"[user & 1]
-        experiments.searched([variant], f"q{user}", f"s{user}", f"user-{user}", False)
-        experiments.finished(f"q{user}", False)
-        experiments.closed(f"s{user}", False, False)
+        experiments.searched(["AB"[user & 1]], "q", f"s{user}", f"user-{user}", False)
+        if user % 65536 == 0:
+            experiments.queries.clear()  # as their outcomes would: only units accumulate
+            experiments.sessions.clear()
     seconds = time.perf_counter() - start
+    experiments.queries.clear()
+    experiments.sessions.clear()
     counted = [units.count() for units in experiments.units[0]]
-    held = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
+    held = sum(units.exact.nbytes + units.registers.nbytes for units in experiments.units[0])
+    held += sum(array.nbytes for array in experiments.sums[0])
+    grown = resident() - before
     size = len(json.dumps(asdict(experiments.snapshot())))
     approximate = any(units.approximate for units in experiments.units[0])
     error = (sum(counted) - users) / users
-    print(f"{users:>11,} users, max_units {max_units:>11,}: held {held / 2**20:7.1f} MiB "
-          f"({held / users:5.1f} bytes per user), checkpoint {size / 2**20:7.1f} MiB, "
-          f"{seconds / users * 1e6:.2f} us per query; units counted {sum(counted):,} "
-          f"({'estimated' if approximate else 'exact'}, error {error:+.2%})")
+    print(f"{users:>11,} users, max_units {max_units:>11,}: state {held / 2**20:7.1f} MiB "
+          f"({held / users:4.1f} bytes per user; resident +{grown / 2**20:.0f} MiB), "
+          f"checkpoint {size / 2**20:6.1f} MiB, {seconds / users * 1e6:.2f} us per query; "
+          f"units counted {sum(counted):,} ({'estimated' if approximate else 'exact'}, "
+          f"error {error:+.2%})")
 
 
 def main() -> None:

@@ -265,6 +265,7 @@ def test_holm_equals_statsmodels(pvalues: list[float]) -> None:
     assert holm(pvalues) == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
+@pytest.mark.slow
 def test_holm_equals_statsmodels_on_random_pvalues() -> None:
     """30 seeded vectors, with ties (values rounded to 2 digits). Few: statsmodels'
     multipletests runs gc.collect() at every call (40 ms here)."""

@@ -105,6 +105,7 @@ def test_a_true_lift_is_detected_and_an_equal_one_is_not() -> None:
     assert all(c["verdict"] == "inconclusive" for c in equal["comparisons"])
 
 
+@pytest.mark.slow
 def test_a_sample_ratio_mismatch_withholds_the_verdicts() -> None:
     lines, _ = traffic(20000, {"A": 0.4, "B": 0.6}, share_b=0.52, seed=4)
     pipeline = fed(configured(RANKER), lines)

@@ -508,7 +508,7 @@ def ctr_by_variant(lines: list[bytes], world: World,
     return found
 
 
-@pytest.mark.parametrize("change", [0.05, -0.05])
+@pytest.mark.parametrize("change", [0.05, pytest.param(-0.05, marks=pytest.mark.slow)])
 def test_a_ctr_effect_moves_its_variant_s_ctr_by_its_size(tmp_path: Path, change: float) -> None:
     """``--effect B:ctr=CHANGE``: each query with results of a user in B is clicked with its
     probability under the click model plus CHANGE; so B's CTR is the model's plus CHANGE,
@@ -610,7 +610,8 @@ def interleaving_delta(lines: list[bytes]) -> dict[str, tuple[float, int]]:
 
 
 @pytest.mark.parametrize(("preference", "delta"), [
-    (None, 0.0), ("B=0.1", -0.1), pytest.param("A=0.2", 0.2, marks=pytest.mark.slow),
+    pytest.param(None, 0.0, marks=pytest.mark.slow), ("B=0.1", -0.1),
+    pytest.param("A=0.2", 0.2, marks=pytest.mark.slow),
 ])
 def test_interleaved_clicks_have_the_true_preference(
     tmp_path: Path, preference: str | None, delta: float,
