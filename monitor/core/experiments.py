@@ -94,8 +94,14 @@ class Units:
             np.uint8
         )
         np.maximum.at(self.registers, index, ranks)
-        if len(self.exact) < self.cap:
-            self.exact = np.union1d(self.exact, hashes)[: self.cap]
+        exact = self.exact
+        if len(exact) < self.cap:  # the new ones inserted in order: O(n + m log n)
+            at = np.searchsorted(exact, hashes)
+            known = np.zeros(len(hashes), dtype=bool)
+            inside = at < len(exact)
+            known[inside] = exact[at[inside]] == hashes[inside]
+            fresh = hashes[~known][: self.cap - len(exact)]
+            self.exact = np.insert(exact, np.searchsorted(exact, fresh), fresh)
 
     @property
     def approximate(self) -> bool:
