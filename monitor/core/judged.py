@@ -39,6 +39,7 @@ from monitor.core.snapshots import (
     same_lengths,
 )
 from monitor.core.stats import PairedComparison, compare
+from monitor.offline.curves import RECALL_LEVELS, interpolated_precision
 from monitor.offline.measures import score
 from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
 from monitor.offline.spec import MeasureSpec, parse_measure
@@ -52,6 +53,11 @@ LAST_GOOD, PREVIOUS = "last_good", "previous"
 """Baseline policies; any other ``[offline] baseline`` names a pinned sample."""
 ACCEPTANCES_KEPT = 20
 """Acceptances remembered for the page and the report (the newest)."""
+CURVE_RELEVANCE = 1
+"""The label from which a judged document counts as relevant for a sample's precision-recall
+curve (trec_eval's default; the measures may set their own)."""
+CURVE_SIZE = len(RECALL_LEVELS) + 1
+"""A curve cell: the sums of each recall level's interpolated precision, then the count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +174,19 @@ class Sample:
     last: float
     scores: dict[str, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
     pending: int = 0
+    curves: dict[int, list[float]] = field(default_factory=dict)
+    """Per class and OVERALL: the sums of its queries' interpolated precision at each of
+    the eleven recall levels, then their number (``CURVE_SIZE`` floats). A query judged
+    twice in the sample counts once, with its first judgment."""
+
+    def add_curve(self, klass: int, precisions: Sequence[float]) -> None:
+        for k in (klass, OVERALL):
+            cell = self.curves.get(k)
+            if cell is None:
+                cell = self.curves[k] = [0.0] * CURVE_SIZE
+            for level, value in enumerate(precisions):
+                cell[level] += value
+            cell[-1] += 1.0
 
 
 @dataclass
@@ -184,6 +203,24 @@ class Summary:
         for klass, values in sample.scores.values():
             _add_cells(cells, klass, values)
         return Summary(sample.sample_id, sample.last, cells)
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePair:
+    """A class's mean interpolated precision at the eleven recall levels in the newest
+    completed sample and in its baseline (None: the baseline has none), with the number of
+    queries each mean is over."""
+
+    sample_id: str
+    curve: tuple[float, ...]
+    queries: int
+    baseline_id: str | None
+    baseline: tuple[float, ...] | None
+    baseline_queries: int
+
+
+def _means(cell: Sequence[float]) -> tuple[float, ...]:
+    return tuple(total / cell[-1] for total in cell[:-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +308,9 @@ class WindowState:
 
 @dataclass(frozen=True)
 class SampleState:
-    """A sample's queries (normalised text), their classes and scores (null: skipped)."""
+    """A sample's queries (normalised text), their classes and scores (null: skipped); per
+    class (-1: overall) of its queries, the sums of their interpolated precision at the
+    eleven recall levels and their number."""
 
     sample_id: str
     first: Float
@@ -280,6 +319,8 @@ class SampleState:
     klass: list[Int]
     scores: list[list[Float | None]]
     pending: Int
+    curve_classes: list[Int]
+    curve_sums: list[list[Float]]
 
 
 @dataclass(frozen=True)
@@ -432,12 +473,28 @@ def _judged_2_to_3(document: Any) -> Any:
     return document
 
 
+def _judged_3_to_4(document: Any) -> Any:
+    """Version 3 kept no precision-recall curve of its samples: theirs start empty (the
+    page draws curves from the next completed sample on)."""
+    if isinstance(document, dict):
+        samples = [document.get("previous"), document.get("pinned")]
+        for listed in (document.get("open_samples"), document.get("held")):
+            if isinstance(listed, list):
+                samples += listed
+        for sample in samples:
+            if isinstance(sample, dict):
+                sample["curve_classes"], sample["curve_sums"] = [], []
+    return document
+
+
 @dataclass
 class Judged:
     """The explicit state of the offline side."""
 
-    VERSION: ClassVar[int] = 3
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _judged_1_to_2, 2: _judged_2_to_3}
+    VERSION: ClassVar[int] = 4
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
+        1: _judged_1_to_2, 2: _judged_2_to_3, 3: _judged_3_to_4,
+    }
 
     config: OfflineConfig
     active: bool = False
@@ -591,7 +648,8 @@ class Judged:
             return
         batch, self.pending = self.pending, []
         matrix = self._scores_of(batch)
-        for pending, row in zip(batch, matrix.tolist(), strict=True):
+        curves = self._curves_of(batch)
+        for i, (pending, row) in enumerate(zip(batch, matrix.tolist(), strict=True)):
             if pending.sample_id is None:
                 self._drift(pending, row)
             else:
@@ -599,6 +657,8 @@ class Judged:
                 self._count_sample_query(pending.klass, values)
                 sample = self.open_samples.get(pending.sample_id)
                 if sample is not None:
+                    if pending.key not in sample.scores:
+                        sample.add_curve(pending.klass, curves[i])
                     sample.scores[pending.key] = (pending.klass, values)
                     sample.pending -= 1
         self._record(
@@ -633,6 +693,32 @@ class Judged:
             for i, key in zip(misses, keys, strict=True):
                 memo[key] = (batch[i].labels, matrix[i].copy())
         return matrix
+
+    def _curves_of(self, batch: list[Pending]) -> dict[int, list[float]]:
+        """The interpolated precision at the eleven recall levels of each sample query of
+        ``batch``, by its index in the batch."""
+        at = [i for i, p in enumerate(batch) if p.sample_id is not None]
+        if not at:
+            return {}
+        lists = RankedLists.from_lists([batch[i].ranking for i in at],
+                                       [batch[i].labels for i in at])
+        rows = interpolated_precision(lists, CURVE_RELEVANCE).tolist()
+        return dict(zip(at, rows, strict=True))
+
+    def curves(self, klass: int) -> CurvePair | None:
+        """The newest completed sample's precision-recall curve of ``klass`` (or OVERALL),
+        and its baseline's (the baseline of the class's first measure), when it has one."""
+        sample = self.previous
+        cell = None if sample is None else sample.curves.get(klass)
+        if sample is None or cell is None or not cell[-1]:
+            return None
+        baseline = self._baseline((klass, 0))
+        before = None if baseline is None or baseline is sample else (
+            baseline.curves.get(klass))
+        if baseline is None or before is None or not before[-1]:
+            return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), None, None, 0)
+        return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), baseline.sample_id,
+                         _means(before), int(before[-1]))
 
     def _count_sample_query(self, klass: int, values: tuple[float, ...]) -> None:
         for k in (klass, OVERALL):
@@ -1132,6 +1218,7 @@ def _sample_state(sample: Sample) -> SampleState:
         sample.sample_id, sample.first, sample.last, list(sample.scores),
         [klass for klass, _ in sample.scores.values()],
         [nan_or_none(values) for _, values in sample.scores.values()], sample.pending,
+        sorted(sample.curves), [list(sample.curves[k]) for k in sorted(sample.curves)],
     )
 
 
@@ -1140,9 +1227,15 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
     for klass, values in zip(state.klass, state.scores, strict=True):
         if not (0 <= klass < classes and len(values) == measures):
             raise StateError(f"sample {state.sample_id}: a class index or score row")
+    same_lengths(f"sample {state.sample_id} curves", state.curve_classes, state.curve_sums)
+    for klass, sums in zip(state.curve_classes, state.curve_sums, strict=True):
+        if not (OVERALL <= klass < classes and len(sums) == CURVE_SIZE and sums[-1] >= 0):
+            raise StateError(f"sample {state.sample_id}: a class index or curve row")
     return Sample(
         state.sample_id, state.first, state.last,
         {key: (klass, none_as_nan(values))
          for key, klass, values in zip(state.keys, state.klass, state.scores, strict=True)},
         state.pending,
+        {klass: list(sums)
+         for klass, sums in zip(state.curve_classes, state.curve_sums, strict=True)},
     )
