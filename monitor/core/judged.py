@@ -223,6 +223,15 @@ def _means(cell: Sequence[float]) -> tuple[float, ...]:
     return tuple(total / cell[-1] for total in cell[:-1])
 
 
+def _curve_pair(sample: Sample, klass: int, baseline: Sample | None) -> CurvePair:
+    cell = sample.curves[klass]
+    before = None if baseline is None or baseline is sample else baseline.curves.get(klass)
+    if baseline is None or before is None or not before[-1]:
+        return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), None, None, 0)
+    return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), baseline.sample_id,
+                     _means(before), int(before[-1]))
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A completed sample against its baseline, for one class (or OVERALL) and measure."""
@@ -411,6 +420,21 @@ class JudgedState:
     baselines: list[BaselineState]
     flagged: list[FlaggedState]
     acceptances: list[AcceptanceState]
+    curve_pairs: list[CurvePairState]
+
+
+@dataclass(frozen=True)
+class CurvePairState:
+    """A class's (-1: overall) precision-recall curve in the newest completed sample and in
+    its baseline (empty: none): mean interpolated precision at the eleven recall levels."""
+
+    klass: Int
+    sample_id: str
+    curve: list[Float]
+    queries: Int
+    baseline_id: str | None
+    baseline: list[Float]
+    baseline_queries: Int
 
 
 @dataclass(frozen=True)
@@ -484,6 +508,7 @@ def _judged_3_to_4(document: Any) -> Any:
         for sample in samples:
             if isinstance(sample, dict):
                 sample["curve_classes"], sample["curve_sums"] = [], []
+        document["curve_pairs"] = []
     return document
 
 
@@ -530,6 +555,9 @@ class Judged:
     """How a judged query's text is kept for the worsened queries (redacted); None: they are
     not kept (the query lists are disabled). Set by the pipeline."""
     worsened: Worsened | None = None
+    curve_pairs: dict[int, CurvePair] = field(default_factory=dict)
+    """Per class and OVERALL: the newest completed sample's precision-recall curve and its
+    baseline's (the baseline of the class's first measure)."""
     drift: dict[float, dict[str, tuple[int, dict[int, list[float]]]]] = field(
         default_factory=dict
     )
@@ -706,19 +734,9 @@ class Judged:
         return dict(zip(at, rows, strict=True))
 
     def curves(self, klass: int) -> CurvePair | None:
-        """The newest completed sample's precision-recall curve of ``klass`` (or OVERALL),
-        and its baseline's (the baseline of the class's first measure), when it has one."""
-        sample = self.previous
-        cell = None if sample is None else sample.curves.get(klass)
-        if sample is None or cell is None or not cell[-1]:
-            return None
-        baseline = self._baseline((klass, 0))
-        before = None if baseline is None or baseline is sample else (
-            baseline.curves.get(klass))
-        if baseline is None or before is None or not before[-1]:
-            return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), None, None, 0)
-        return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), baseline.sample_id,
-                         _means(before), int(before[-1]))
+        """The newest completed sample's precision-recall curve of ``klass`` (or OVERALL)
+        and its baseline's, as they were when it completed (None: no query of the class)."""
+        return self.curve_pairs.get(klass)
 
     def _count_sample_query(self, klass: int, values: tuple[float, ...]) -> None:
         for k in (klass, OVERALL):
@@ -845,6 +863,11 @@ class Judged:
         self.completed.append(Summary.of(sample))
         while len(self.completed) > max([*self.config.last_samples, 1]):
             self.completed.popleft()
+        # each class's curve against its first measure's baseline, chosen before judging
+        self.curve_pairs = {
+            klass: _curve_pair(sample, klass, self._baseline((klass, 0)))
+            for klass in sorted(sample.curves) if sample.curves[klass][-1]
+        }
         self._judge(sample)
         self.previous = sample
         self.last_completed_time = sample.last
@@ -1053,6 +1076,11 @@ class Judged:
                                 a.by, a.applied)
                 for a in self.acceptances
             ],
+            curve_pairs=[
+                CurvePairState(k, c.sample_id, list(c.curve), c.queries, c.baseline_id,
+                               list(c.baseline or ()), c.baseline_queries)
+                for k, c in sorted(self.curve_pairs.items())
+            ],
         )
 
     def _held(self) -> list[Sample]:
@@ -1148,6 +1176,17 @@ class Judged:
             self.verdicts[(v.klass, v.measure)] = Verdict(
                 v.sample_id, v.baseline_id,
                 PairedComparison(v.shared, v.delta, v.p_permutation, v.p_t), v.regression,
+            )
+        self.curve_pairs = {}
+        for c in state.curve_pairs:
+            klass_ok(c.klass)
+            require(len(c.curve) == len(RECALL_LEVELS) and c.queries > 0
+                    and len(c.baseline) in (0, len(RECALL_LEVELS))
+                    and (c.baseline_id is None) == (not c.baseline),
+                    "judged state: a precision-recall curve")
+            self.curve_pairs[c.klass] = CurvePair(
+                c.sample_id, tuple(c.curve), c.queries, c.baseline_id,
+                tuple(c.baseline) if c.baseline else None, c.baseline_queries,
             )
         self.last_completed_time = state.last_completed_time
         same_lengths("qrels", state.qrels_keys, state.qrels_labels)

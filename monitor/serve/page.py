@@ -412,8 +412,10 @@ def _precision_recall(curves: Sequence[CurveFigures], regressions: Collection[Sl
     if not curves:
         return ""
     charts = "".join(
-        f"<div><b>{escape(_slice_text(labels, c.slice))}</b><br>"
-        f"{_curve_chart(c, c.slice in regressions)}</div>"
+        f"<div><b>{escape(_slice_text(labels, c.slice))}</b> <span class=muted>"
+        f"{escape(c.sample_id)} ({c.queries:,} queries) against "
+        + (f"{escape(c.baseline_id)} ({c.baseline_queries:,})" if c.baseline_id else "nothing")
+        + f"</span><br>{_curve_chart(c, c.slice in regressions)}</div>"
         for c in curves
     )
     return ("<h3>Precision-recall: latest sample against its baseline</h3>"

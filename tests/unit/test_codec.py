@@ -24,6 +24,7 @@ from monitor.state import codec
 from monitor.state.checkpoint import CheckpointError, DirStore, restore_unit
 from monitor.state.codec import UnitState
 from monitor.state.ledger import Ledger
+from tests.support.checkpoints import sans_curves
 from tests.support.files import DATA
 
 CUT = 24000
@@ -151,9 +152,10 @@ def holds_curves(fixture: Path) -> bool:
 
 
 def without_curves(pipeline: Pipeline) -> None:
-    """``pipeline``'s samples without their curves: what a checkpoint of judged state 3
-    migrates to."""
+    """``pipeline``'s samples without their curves, and no curve of the newest sample: what
+    a checkpoint of judged state 3 migrates to."""
     judged = pipeline.judged
+    judged.curve_pairs = {}
     for sample in [*judged.open_samples.values(), *judged.baselines.values(),
                    judged.previous, judged.pinned]:
         if sample is not None:
@@ -175,13 +177,14 @@ def as_of(pipeline: Pipeline, names: set[str]) -> Pipeline:
 
 
 def counts_on(restored: Pipeline, reference: Pipeline, rest: list[bytes]) -> None:
-    """The rest of the stream counts the same on both; so do the totals at its end."""
+    """The rest of the stream counts the same on both; so do the totals at its end (but
+    the precision-recall curves, which a checkpoint before judged state 4 did not keep)."""
     for line in rest:
         restored.feed(line)
         reference.feed(line)
     restored.close()
     reference.close()
-    assert close(export(restored), export(reference))
+    assert close(sans_curves(export(restored)), sans_curves(export(reference)))
 
 
 def test_the_committed_checkpoint_of_format_3_migrates_and_counting_goes_on() -> None:
