@@ -96,6 +96,10 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     ev.add_argument("qrels", type=Path, help="qrels file: 'qid iter docno label' per line")
     ev.add_argument("run", type=Path, help="run file: 'qid Q0 docno rank score tag' per line")
     ev.add_argument(
+        "run_b", type=Path, nargs="?", metavar="RUN_B",
+        help="a second run: compare it with RUN (means, B - A, paired tests' p-values)",
+    )
+    ev.add_argument(
         "-m",
         dest="measures",
         action="append",
@@ -119,6 +123,18 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
         help="use only the top N documents of each query's ranking (trec_eval -M)",
     )
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument(
+        "--plot", type=Path, metavar="FILE.svg",
+        help="also write an SVG: precision-recall curves, a histogram of --plot-measure per "
+        "query, and with RUN_B each query's difference",
+    )
+    ev.add_argument("--plot-measure", metavar="MEASURE",
+                    help="the measure of the histogram and of the differences (default AP)")
+    ev.add_argument(
+        "--permutations", type=_positive, default=10000, metavar="N",
+        help="with RUN_B: random sign flips of the randomization test (default 10000; "
+        "exact when 2^queries <= N)",
+    )
     ev.set_defaults(handler=_eval)
     if eval_only:
         return parser
@@ -370,13 +386,31 @@ def _eval(args: argparse.Namespace) -> int:
     measures: list[Named] = [
         (name, spec.with_relevance_level(args.rel_level)) for name, spec in asked
     ]
+    if args.plot_measure is not None and args.plot is None:
+        raise UsageError("--plot-measure is the measure of --plot's charts: give --plot too")
+    if args.plot is not None:
+        from monitor.cli.eval_runs import plot_measure
+
+        plot_measure(args.plot_measure, args.rel_level)  # a bad name is refused before work
+    if args.run_b is not None and args.per_query:
+        raise UsageError("-q prints one run's values per query; with RUN_B, --plot shows "
+                         "each query's difference")
     qrels = _parse_file(parse_qrels, args.qrels)
-    run = _parse_file(parse_run, args.run)
+    runs = [(path, _parse_file(parse_run, path)) for path in (args.run, args.run_b) if path]
     # trec_eval refuses an empty file too ("Cannot read"), and a file of comments only
-    for path, lines, what in ((args.qrels, qrels, "judgments"), (args.run, run, "results")):
+    files: list[tuple[Path, Qrels | Run, str]] = [(args.qrels, qrels, "judgments")]
+    for path, lines, what in files + [(path, run, "results") for path, run in runs]:
         if not len(lines):
             raise UsageError(f"{path}: no {what} (the file is empty, or only comments and "
                              "blank lines)")
+    if args.run_b is not None:
+        from monitor.cli import eval_runs
+
+        eval_runs.compare_runs(args, qrels, (runs[0][1], runs[1][1]), measures)
+        if args.plot is not None:
+            eval_runs.write_plot(args, qrels, runs)
+        return EXIT_OK
+    run = runs[0][1]
     evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete,
                           max_docs=args.max_docs)
     if not evaluation.shared_queries:
@@ -390,6 +424,10 @@ def _eval(args: argparse.Namespace) -> int:
         _eval_note(note)
     out = format_json if args.json else format_text
     sys.stdout.write(out(evaluation, measures, args.per_query))
+    if args.plot is not None:
+        from monitor.cli.eval_runs import write_plot
+
+        write_plot(args, qrels, runs)
     return EXIT_OK
 
 

@@ -115,6 +115,21 @@ class TrendFigures:
 
 
 @dataclass(frozen=True)
+class CurveFigures:
+    """The mean interpolated precision at the eleven recall levels (0.0, 0.1, ..., 1.0) of
+    one class (``all``: overall) in the newest completed sample and in its baseline (empty:
+    none), with the number of queries of each mean."""
+
+    slice: Slice
+    sample_id: str
+    precision: tuple[Float, ...]
+    queries: Int
+    baseline_id: str | None = None
+    baseline: tuple[Float, ...] = ()
+    baseline_queries: Int = 0
+
+
+@dataclass(frozen=True)
 class OfflineFigures:
     """Gauges of the offline state: they come from its one owner, never added up."""
 
@@ -123,6 +138,7 @@ class OfflineFigures:
     last_sample_time: Float | None = None
     acceptances: tuple[AcceptanceFigures, ...] = ()
     trends: tuple[TrendFigures, ...] = ()
+    curves: tuple[CurveFigures, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,10 +336,19 @@ def export(pipeline: Pipeline) -> Export:
                 if count and (klass == OVERALL or canonical(klass)):
                     name = overall if klass == OVERALL else names[klass]
                     trends.setdefault((name, measures[m]), []).append(total / count)
+        curves = []
+        for klass, name in classes:
+            pair = judged.curves(klass)
+            if pair is not None and (klass == OVERALL or canonical(klass)):
+                curves.append(CurveFigures(
+                    name, pair.sample_id, pair.curve, pair.queries, pair.baseline_id,
+                    pair.baseline or (), pair.baseline_queries,
+                ))
         offline = OfflineFigures(
             tuple(means), tuple(verdicts), judged.last_completed_time, acceptances,
             tuple(TrendFigures(name, measure, tuple(values))
                   for (name, measure), values in trends.items()),
+            tuple(curves),
         )
     sessions = pipeline.sessions
     figures = Export(

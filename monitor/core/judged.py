@@ -39,6 +39,7 @@ from monitor.core.snapshots import (
     same_lengths,
 )
 from monitor.core.stats import PairedComparison, compare
+from monitor.offline.curves import RECALL_LEVELS, interpolated_precision
 from monitor.offline.measures import score
 from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
 from monitor.offline.spec import MeasureSpec, parse_measure
@@ -52,6 +53,11 @@ LAST_GOOD, PREVIOUS = "last_good", "previous"
 """Baseline policies; any other ``[offline] baseline`` names a pinned sample."""
 ACCEPTANCES_KEPT = 20
 """Acceptances remembered for the page and the report (the newest)."""
+CURVE_RELEVANCE = 1
+"""The label from which a judged document counts as relevant for a sample's precision-recall
+curve (trec_eval's default; the measures may set their own)."""
+CURVE_SIZE = len(RECALL_LEVELS) + 1
+"""A curve cell: the sums of each recall level's interpolated precision, then the count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +174,19 @@ class Sample:
     last: float
     scores: dict[str, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
     pending: int = 0
+    curves: dict[int, list[float]] = field(default_factory=dict)
+    """Per class and OVERALL: the sums of its queries' interpolated precision at each of
+    the eleven recall levels, then their number (``CURVE_SIZE`` floats). A query judged
+    twice in the sample counts once, with its first judgment."""
+
+    def add_curve(self, klass: int, precisions: Sequence[float]) -> None:
+        for k in (klass, OVERALL):
+            cell = self.curves.get(k)
+            if cell is None:
+                cell = self.curves[k] = [0.0] * CURVE_SIZE
+            for level, value in enumerate(precisions):
+                cell[level] += value
+            cell[-1] += 1.0
 
 
 @dataclass
@@ -184,6 +203,33 @@ class Summary:
         for klass, values in sample.scores.values():
             _add_cells(cells, klass, values)
         return Summary(sample.sample_id, sample.last, cells)
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePair:
+    """A class's mean interpolated precision at the eleven recall levels in the newest
+    completed sample and in its baseline (None: the baseline has none), with the number of
+    queries each mean is over."""
+
+    sample_id: str
+    curve: tuple[float, ...]
+    queries: int
+    baseline_id: str | None
+    baseline: tuple[float, ...] | None
+    baseline_queries: int
+
+
+def _means(cell: Sequence[float]) -> tuple[float, ...]:
+    return tuple(total / cell[-1] for total in cell[:-1])
+
+
+def _curve_pair(sample: Sample, klass: int, baseline: Sample | None) -> CurvePair:
+    cell = sample.curves[klass]
+    before = None if baseline is None or baseline is sample else baseline.curves.get(klass)
+    if baseline is None or before is None or not before[-1]:
+        return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), None, None, 0)
+    return CurvePair(sample.sample_id, _means(cell), int(cell[-1]), baseline.sample_id,
+                     _means(before), int(before[-1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +317,9 @@ class WindowState:
 
 @dataclass(frozen=True)
 class SampleState:
-    """A sample's queries (normalised text), their classes and scores (null: skipped)."""
+    """A sample's queries (normalised text), their classes and scores (null: skipped); per
+    class (-1: overall) of its queries, the sums of their interpolated precision at the
+    eleven recall levels and their number."""
 
     sample_id: str
     first: Float
@@ -280,6 +328,8 @@ class SampleState:
     klass: list[Int]
     scores: list[list[Float | None]]
     pending: Int
+    curve_classes: list[Int]
+    curve_sums: list[list[Float]]
 
 
 @dataclass(frozen=True)
@@ -370,6 +420,21 @@ class JudgedState:
     baselines: list[BaselineState]
     flagged: list[FlaggedState]
     acceptances: list[AcceptanceState]
+    curve_pairs: list[CurvePairState]
+
+
+@dataclass(frozen=True)
+class CurvePairState:
+    """A class's (-1: overall) precision-recall curve in the newest completed sample and in
+    its baseline (empty: none): mean interpolated precision at the eleven recall levels."""
+
+    klass: Int
+    sample_id: str
+    curve: list[Float]
+    queries: Int
+    baseline_id: str | None
+    baseline: list[Float]
+    baseline_queries: Int
 
 
 @dataclass(frozen=True)
@@ -432,12 +497,29 @@ def _judged_2_to_3(document: Any) -> Any:
     return document
 
 
+def _judged_3_to_4(document: Any) -> Any:
+    """Version 3 kept no precision-recall curve of its samples: theirs start empty (the
+    page draws curves from the next completed sample on)."""
+    if isinstance(document, dict):
+        samples = [document.get("previous"), document.get("pinned")]
+        for listed in (document.get("open_samples"), document.get("held")):
+            if isinstance(listed, list):
+                samples += listed
+        for sample in samples:
+            if isinstance(sample, dict):
+                sample["curve_classes"], sample["curve_sums"] = [], []
+        document["curve_pairs"] = []
+    return document
+
+
 @dataclass
 class Judged:
     """The explicit state of the offline side."""
 
-    VERSION: ClassVar[int] = 3
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _judged_1_to_2, 2: _judged_2_to_3}
+    VERSION: ClassVar[int] = 4
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
+        1: _judged_1_to_2, 2: _judged_2_to_3, 3: _judged_3_to_4,
+    }
 
     config: OfflineConfig
     active: bool = False
@@ -473,6 +555,9 @@ class Judged:
     """How a judged query's text is kept for the worsened queries (redacted); None: they are
     not kept (the query lists are disabled). Set by the pipeline."""
     worsened: Worsened | None = None
+    curve_pairs: dict[int, CurvePair] = field(default_factory=dict)
+    """Per class and OVERALL: the newest completed sample's precision-recall curve and its
+    baseline's (the baseline of the class's first measure)."""
     drift: dict[float, dict[str, tuple[int, dict[int, list[float]]]]] = field(
         default_factory=dict
     )
@@ -591,7 +676,8 @@ class Judged:
             return
         batch, self.pending = self.pending, []
         matrix = self._scores_of(batch)
-        for pending, row in zip(batch, matrix.tolist(), strict=True):
+        curves = self._curves_of(batch)
+        for i, (pending, row) in enumerate(zip(batch, matrix.tolist(), strict=True)):
             if pending.sample_id is None:
                 self._drift(pending, row)
             else:
@@ -599,6 +685,8 @@ class Judged:
                 self._count_sample_query(pending.klass, values)
                 sample = self.open_samples.get(pending.sample_id)
                 if sample is not None:
+                    if pending.key not in sample.scores:
+                        sample.add_curve(pending.klass, curves[i])
                     sample.scores[pending.key] = (pending.klass, values)
                     sample.pending -= 1
         self._record(
@@ -633,6 +721,22 @@ class Judged:
             for i, key in zip(misses, keys, strict=True):
                 memo[key] = (batch[i].labels, matrix[i].copy())
         return matrix
+
+    def _curves_of(self, batch: list[Pending]) -> dict[int, list[float]]:
+        """The interpolated precision at the eleven recall levels of each sample query of
+        ``batch``, by its index in the batch."""
+        at = [i for i, p in enumerate(batch) if p.sample_id is not None]
+        if not at:
+            return {}
+        lists = RankedLists.from_lists([batch[i].ranking for i in at],
+                                       [batch[i].labels for i in at])
+        rows = interpolated_precision(lists, CURVE_RELEVANCE).tolist()
+        return dict(zip(at, rows, strict=True))
+
+    def curves(self, klass: int) -> CurvePair | None:
+        """The newest completed sample's precision-recall curve of ``klass`` (or OVERALL)
+        and its baseline's, as they were when it completed (None: no query of the class)."""
+        return self.curve_pairs.get(klass)
 
     def _count_sample_query(self, klass: int, values: tuple[float, ...]) -> None:
         for k in (klass, OVERALL):
@@ -759,6 +863,11 @@ class Judged:
         self.completed.append(Summary.of(sample))
         while len(self.completed) > max([*self.config.last_samples, 1]):
             self.completed.popleft()
+        # each class's curve against its first measure's baseline, chosen before judging
+        self.curve_pairs = {
+            klass: _curve_pair(sample, klass, self._baseline((klass, 0)))
+            for klass in sorted(sample.curves) if sample.curves[klass][-1]
+        }
         self._judge(sample)
         self.previous = sample
         self.last_completed_time = sample.last
@@ -967,6 +1076,11 @@ class Judged:
                                 a.by, a.applied)
                 for a in self.acceptances
             ],
+            curve_pairs=[
+                CurvePairState(k, c.sample_id, list(c.curve), c.queries, c.baseline_id,
+                               list(c.baseline or ()), c.baseline_queries)
+                for k, c in sorted(self.curve_pairs.items())
+            ],
         )
 
     def _held(self) -> list[Sample]:
@@ -1063,6 +1177,17 @@ class Judged:
                 v.sample_id, v.baseline_id,
                 PairedComparison(v.shared, v.delta, v.p_permutation, v.p_t), v.regression,
             )
+        self.curve_pairs = {}
+        for c in state.curve_pairs:
+            klass_ok(c.klass)
+            require(len(c.curve) == len(RECALL_LEVELS) and c.queries > 0
+                    and len(c.baseline) in (0, len(RECALL_LEVELS))
+                    and (c.baseline_id is None) == (not c.baseline),
+                    "judged state: a precision-recall curve")
+            self.curve_pairs[c.klass] = CurvePair(
+                c.sample_id, tuple(c.curve), c.queries, c.baseline_id,
+                tuple(c.baseline) if c.baseline else None, c.baseline_queries,
+            )
         self.last_completed_time = state.last_completed_time
         same_lengths("qrels", state.qrels_keys, state.qrels_labels)
         require(len(state.qrels_keys) <= self.config.qrels_capacity,
@@ -1132,6 +1257,7 @@ def _sample_state(sample: Sample) -> SampleState:
         sample.sample_id, sample.first, sample.last, list(sample.scores),
         [klass for klass, _ in sample.scores.values()],
         [nan_or_none(values) for _, values in sample.scores.values()], sample.pending,
+        sorted(sample.curves), [list(sample.curves[k]) for k in sorted(sample.curves)],
     )
 
 
@@ -1140,9 +1266,15 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
     for klass, values in zip(state.klass, state.scores, strict=True):
         if not (0 <= klass < classes and len(values) == measures):
             raise StateError(f"sample {state.sample_id}: a class index or score row")
+    same_lengths(f"sample {state.sample_id} curves", state.curve_classes, state.curve_sums)
+    for klass, sums in zip(state.curve_classes, state.curve_sums, strict=True):
+        if not (OVERALL <= klass < classes and len(sums) == CURVE_SIZE and sums[-1] >= 0):
+            raise StateError(f"sample {state.sample_id}: a class index or curve row")
     return Sample(
         state.sample_id, state.first, state.last,
         {key: (klass, none_as_nan(values))
          for key, klass, values in zip(state.keys, state.klass, state.scores, strict=True)},
         state.pending,
+        {klass: list(sums)
+         for klass, sums in zip(state.curve_classes, state.curve_sums, strict=True)},
     )

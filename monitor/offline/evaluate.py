@@ -36,9 +36,12 @@ class Evaluation:
     """Per-query text of the measures that print one (relstring)."""
 
 
-def rank_run(qrels: Qrels, run: Run, *, complete: bool = False) -> tuple[list[str], RankedLists]:
-    """The evaluated query ids (sorted) and their ranked, labelled lists."""
-    query_ids, _, lists = _rank(qrels, run, complete)
+def rank_run(
+    qrels: Qrels, run: Run, *, complete: bool = False, max_docs: int | None = None
+) -> tuple[list[str], RankedLists]:
+    """The evaluated query ids (sorted) and their ranked, labelled lists (``max_docs``: as
+    ``evaluate``'s)."""
+    query_ids, _, lists = _rank(qrels, run, complete, max_docs)
     return query_ids, lists
 
 

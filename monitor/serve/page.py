@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode
 from monitor.config import PAGE_REFRESH, UNKNOWN
 from monitor.core.classes import ALL
 from monitor.core.experiments import analyse, preference
-from monitor.core.export import AcceptanceFigures, Export, Slice, SliceFigures
+from monitor.core.export import AcceptanceFigures, CurveFigures, Export, Slice, SliceFigures
 from monitor.core.history import Period, Recent
 from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.serve.quality import data_quality
@@ -367,12 +367,15 @@ def _verdicts(export: Export, shown: Sequence[str], selection: Selection) -> str
                      since, escape(v.baseline_id) or "-", f"{v.delta:+.4f}",
                      f"{v.p_permutation:.4g}", f"{v.shared:,}",
                      _sparkline(trend.get((v.slice, v.measure), ()), v.regression is True)])
+    regressions = {v.slice for v in offline.verdicts if v.regression}
+    curves = [c for c in offline.curves if c.slice[0] in shown and selection.holds(c.slice)]
     return "<h2>Judged samples: latest sample against its baseline</h2>" + _table(
         ["slice" if len(selection.labels) > 1 else "class", "measure", "verdict", "flagged",
          "baseline", "change of mean", "p (randomization)", "shared queries",
          "recent samples' means"],
         rows,
-    ) + _acceptances(offline.acceptances)
+    ) + _precision_recall(curves, regressions, selection.labels) + _acceptances(
+        offline.acceptances)
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -454,6 +457,76 @@ def _acceptances(accepted: Sequence[AcceptanceFigures]) -> str:
     ]
     return "<h3>Accepted baselines (intended changes)</h3>" + _table(
         ["when", "sample", "class", "measure", "by", "reason", "applied"], rows
+    )
+
+
+CURVE_WIDTH, CURVE_HEIGHT = 220, 150
+CURVE_SAMPLE, CURVE_BASELINE = "#1f5fa8", "#8a8a8a"
+
+
+def _precision_recall(curves: Sequence[CurveFigures], regressions: Collection[Slice],
+                      labels: Sequence[str]) -> str:
+    """Per class, the newest sample's interpolated precision at the eleven recall levels
+    against its baseline's, as small inline SVG charts (nothing before a sample has one)."""
+    if not curves:
+        return ""
+    charts = "".join(
+        f"<div><b>{escape(_slice_text(labels, c.slice))}</b> <span class=muted>"
+        f"{escape(c.sample_id)} ({c.queries:,} queries) against "
+        + (f"{escape(c.baseline_id)} ({c.baseline_queries:,})" if c.baseline_id else "nothing")
+        + f"</span><br>{_curve_chart(c, c.slice in regressions)}</div>"
+        for c in curves
+    )
+    return ("<h3>Precision-recall: latest sample against its baseline</h3>"
+            "<p class=muted>Mean interpolated precision at recall 0, 0.1, ..., 1 (trec_eval's "
+            "iprec_at_recall, labels from 1 relevant): the sample in blue (red in a "
+            "regression), its baseline in grey, dashed.</p>"
+            f"<div class=grid>{charts}</div>")
+
+
+def _curve_chart(curve: CurveFigures, regression: bool) -> str:
+    left, top, right, bottom = 30.0, 8.0, 8.0, 24.0
+    width, height = CURVE_WIDTH - left - right, CURVE_HEIGHT - top - bottom
+
+    def points(precision: Sequence[float]) -> str:
+        return " ".join(
+            f"{left + width * i / (len(precision) - 1):.1f},{top + height * (1 - p):.1f}"
+            for i, p in enumerate(precision)
+        )
+
+    def listed(precision: Sequence[float]) -> str:
+        return ", ".join(f"{p:.3f}" for p in precision)
+
+    label = (f"sample {curve.sample_id} ({curve.queries} queries): {listed(curve.precision)}"
+             + (f"; baseline {curve.baseline_id} ({curve.baseline_queries} queries): "
+                f"{listed(curve.baseline)}" if curve.baseline else "; no baseline curve"))
+    colour = "#c62828" if regression else CURVE_SAMPLE
+    grid = "".join(
+        f"<line x1={left} y1={top + height * (1 - v):.1f} x2={left + width} "
+        f"y2={top + height * (1 - v):.1f} stroke='#e4e4e4' stroke-width=1 />"
+        f"<text x={left - 4} y={top + height * (1 - v) + 4:.1f} text-anchor=end "
+        f"font-size=10 fill='#555'>{v:g}</text>"
+        for v in (0.0, 0.5, 1.0)
+    )
+    ticks = "".join(
+        f"<text x={left + width * v:.1f} y={top + height + 12:.1f} text-anchor=middle "
+        f"font-size=10 fill='#555'>{v:g}</text>"
+        for v in (0.0, 0.5, 1.0)
+    )
+    baseline = (f"<polyline class=baseline points='{points(curve.baseline)}' fill=none "
+                f"stroke='{CURVE_BASELINE}' stroke-width=1.5 stroke-dasharray='4 3' />"
+                if curve.baseline else "")
+    return (
+        f"<svg class=curve width={CURVE_WIDTH} height={CURVE_HEIGHT} "
+        f"viewBox='0 0 {CURVE_WIDTH} {CURVE_HEIGHT}' role=img aria-label='{escape(label)}'>"
+        f"<title>{escape(label)}</title>{grid}{ticks}"
+        f"<rect x={left} y={top} width={width} height={height} fill=none stroke='#888' "
+        "stroke-width=1 />"
+        f"<text x={left + width / 2:.1f} y={CURVE_HEIGHT - 2} text-anchor=middle font-size=10 "
+        "fill='#555'>recall</text>"
+        f"{baseline}<polyline class=sample points='{points(curve.precision)}' fill=none "
+        f"stroke='{colour}' stroke-width=2 stroke-linejoin=round />"
+        "</svg>"
     )
 
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import os
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.support.files import DATA
+from tests.support.png import pixels
 
 QRELS, RUN = str(DATA / "qrels.test"), str(DATA / "results.test")
 
@@ -273,3 +280,138 @@ def test_trec_eval_names_print_byte_for_byte_in_trec_evals_order() -> None:
         if line.split("\t")[0].strip() in names
     )
     assert done.stdout == golden
+
+
+# --- two runs, and --plot -------------------------------------------------------------------
+
+def _write_collection(directory: Path, queries: int, seed: int) -> tuple[str, str, str]:
+    """Qrels and two runs of ``queries`` queries; B ranks the relevant documents a little
+    higher on average, so the tests' p-values land between the extremes."""
+    rng = np.random.default_rng(seed)
+    qrels, run_a, run_b = [], [], []
+    for q in range(queries):
+        relevant = set(rng.choice(30, size=int(rng.integers(1, 8)), replace=False).tolist())
+        for d in range(30):
+            qrels.append(f"q{q} 0 d{d} {int(d in relevant)}")
+            base = float(rng.normal()) + (0.8 if d in relevant else 0.0)
+            lift = 0.4 if d in relevant else 0.0
+            run_a.append(f"q{q} Q0 d{d} 0 {base:.6f} a")
+            run_b.append(f"q{q} Q0 d{d} 0 {base + lift + float(rng.normal()) * 0.8:.6f} b")
+    paths = []
+    for name, lines in (("qrels", qrels), ("a.run", run_a), ("b.run", run_b)):
+        path = directory / name
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(str(path))
+    return paths[0], paths[1], paths[2]
+
+
+def _per_query(qrels: str, run: str, measure: str) -> dict[str, float]:
+    done = searchmon("eval", qrels, run, "-q", "-m", measure)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    return {qid: float(value) for _, qid, value in rows if qid != "all"}
+
+
+def _comparison(stdout: str) -> dict[str, list[str]]:
+    lines = stdout.splitlines()
+    assert lines[3].split("\t")[1:] == ["mean_A", "mean_B", "B-A", "p_rand", "p_t", "queries"]
+    return {line.split("\t")[0].strip(): line.split("\t")[1:] for line in lines[4:]}
+
+
+def test_two_runs_give_means_difference_and_the_paired_tests_p_values(tmp_path: Path) -> None:
+    from scipy import stats
+
+    qrels, a, b = _write_collection(tmp_path, 40, seed=5)
+    done = searchmon("eval", qrels, a, b, "-m", "AP", "-m", "P@10")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == [f"A\t{a}\t40 queries", f"B\t{b}\t40 queries",
+                         "shared\t40 queries in both runs"]
+    rows = _comparison(done.stdout)
+    assert list(rows) == ["AP", "P@10"]
+    for measure, row in rows.items():
+        per_a, per_b = _per_query(qrels, a, measure), _per_query(qrels, b, measure)
+        values_a = np.array([per_a[q] for q in sorted(per_a)])
+        values_b = np.array([per_b[q] for q in sorted(per_a)])
+        mean_a, mean_b, difference, p_rand, p_t, queries = row
+        assert queries == "40"
+        assert float(mean_a) == pytest.approx(values_a.mean(), abs=1e-4)
+        assert float(mean_b) == pytest.approx(values_b.mean(), abs=1e-4)
+        assert float(difference) == pytest.approx(float(mean_b) - float(mean_a), abs=2e-4)
+        # the per-query values above are rounded to 4 places: scipy's p on them is close
+        assert float(p_t) == pytest.approx(stats.ttest_rel(values_b, values_a).pvalue,
+                                           abs=2e-3)
+        # 2^40 sign vectors: Monte Carlo with 10,000; an independent estimate of 200,000
+        signs = np.random.default_rng(11).choice([-1.0, 1.0], size=(200_000, 40))
+        differences = values_b - values_a
+        expected = float(np.mean(np.abs(signs @ differences) >= abs(differences.sum()) - 1e-9))
+        spread = math.sqrt(max(expected * (1 - expected), 1e-4) / 10_000)
+        assert abs(float(p_rand) - expected) < 4 * spread + 1e-3, (measure, p_rand, expected)
+    assert 0.001 < float(rows["AP"][3]) < 0.5, "the collection gives a p between extremes"
+
+
+def test_a_few_queries_are_tested_exactly(tmp_path: Path) -> None:
+    differences = np.array([0.0, 0.0, 0.0])
+    done = searchmon("eval", QRELS, RUN, RUN, "-m", "AP")
+    assert done.returncode == 0, done.stderr
+    assert _comparison(done.stdout)["AP"][2:] == ["+0.0000", "1.0000", "1.0000", "3"]
+    # another run of trec_eval's collection: 3 queries, all 8 sign vectors are counted
+    shuffled = tmp_path / "shuffled"
+    shuffled.write_text("".join(
+        f"{q} Q0 {doc} 0 {float(score) * (1 + 0.5 * (i % 3)):.4f} x\n"
+        for i, (q, _, doc, _, score, _) in enumerate(
+            line.split() for line in Path(RUN).read_text().splitlines())))
+    per_a, per_b = _per_query(QRELS, RUN, "AP"), _per_query(QRELS, str(shuffled), "AP")
+    differences = np.array([per_b[q] - per_a[q] for q in sorted(per_a)])
+    signs = np.array(list(itertools.product([-1.0, 1.0], repeat=3)))
+    exact = float(np.mean(np.abs(signs @ differences) >= abs(differences.sum()) - 1e-9))
+    done = searchmon("eval", QRELS, RUN, str(shuffled), "-m", "AP")
+    assert float(_comparison(done.stdout)["AP"][3]) == pytest.approx(exact, abs=1e-4)
+
+
+def test_the_single_run_output_stays_trec_eval_s_with_a_plot(tmp_path: Path) -> None:
+    plain = searchmon("eval", QRELS, RUN, "-q")
+    plotted = searchmon("eval", QRELS, RUN, "-q", "--plot", str(tmp_path / "p.svg"))
+    assert plotted.returncode == 0, plotted.stderr
+    assert plotted.stdout == plain.stdout and plotted.stderr == plain.stderr
+    first = (tmp_path / "p.svg").read_bytes()
+    searchmon("eval", QRELS, RUN, "--plot", str(tmp_path / "p.svg"))
+    assert (tmp_path / "p.svg").read_bytes() == first, "same input, same bytes"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([RUN, "-q"], "-q prints one run's values per query"),
+    (["--plot-measure", "AP"], "--plot-measure is the measure of --plot's charts"),
+    (["--plot", "/tmp/never.svg", "--plot-measure", "P.5,10"], "one measure, not 2"),
+    (["--plot", "/tmp/never.svg", "--plot-measure", "nope"], "--plot-measure:"),
+])
+def test_two_run_and_plot_usage_errors(args: list[str], message: str) -> None:
+    done = searchmon("eval", QRELS, RUN, *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_chromium_draws_the_two_run_svg(tmp_path: Path) -> None:
+    browser = shutil.which("chromium")
+    if browser is None:
+        pytest.skip("chromium is not installed")
+    qrels, a, b = _write_collection(tmp_path, 25, seed=3)
+    svg = tmp_path / "compare.svg"
+    done = searchmon("eval", qrels, a, b, "--plot", str(svg))
+    assert done.returncode == 0, done.stderr
+    shot = Path(os.environ.get("SEARCHMON_SCREENSHOTS", str(tmp_path))) / "eval-plot.png"
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}"]
+    dom = subprocess.run([*command, "--dump-dom", svg.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr
+    assert "error on line" not in dom.stdout, "Chromium parsed the SVG without an error"
+    assert "<polyline" in dom.stdout
+    drawn = subprocess.run([*command, "--window-size=760,1200", f"--screenshot={shot}",
+                            svg.as_uri()], capture_output=True, text=True, timeout=120)
+    assert drawn.returncode == 0, drawn.stderr
+    colours = Counter(pixels(shot.read_bytes()))
+    # run A's blue, run B's orange, the better and worse bars' green and red are on screen
+    for colour in ((0x1F, 0x5F, 0xA8), (0xE0, 0x7B, 0x00), (0x2E, 0x7D, 0x32),
+                   (0xC6, 0x28, 0x28)):
+        assert colours[colour] > 200, colour
+    print(f"eval --plot screenshot: {shot}")

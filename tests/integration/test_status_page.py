@@ -128,8 +128,17 @@ def test_chromium_shows_the_last_hour_the_data_age_the_reloads_and_the_trends(
     assert {"http-equiv": "refresh", "content": "30"} in elements(dom, "meta")
     lines = elements(dom, "polyline")
     assert lines and all(line["stroke"] and line["points"] for line in lines)
-    assert len(elements(dom, "svg")) == len(lines) >= 5 * 5, "every class, every measure"
+    sparks = [svg for svg in elements(dom, "svg") if svg["class"] == "spark"]
+    trends = [line for line in lines if line.get("class") is None]
+    assert len(sparks) == len(trends) >= 5 * 5, "every class, every measure"
     assert "#c62828" in {dot["fill"] for dot in elements(dom, "circle")}, "a regression's"
+    # each class's precision-recall curve of the latest sample over its baseline's
+    curves = [svg for svg in elements(dom, "svg") if svg["class"] == "curve"]
+    samples = [line for line in lines if line.get("class") == "sample"]
+    baselines = [line for line in lines if line.get("class") == "baseline"]
+    assert len(curves) == len(samples) == len(baselines) >= 5, "every class and all"
+    assert all(len(str(line["points"]).split()) == 11 for line in samples + baselines)
+    assert "#c62828" in {line["stroke"] for line in samples}, "the regression's class in red"
     total = chromium("--dump-dom", served + "/?view=total&refresh=0")
     assert total.returncode == 0, total.stderr
     rows = table_after(total.stdout, "Online: since the state began")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from monitor.config import Config
+from monitor.core.export import Export
 from monitor.core.pipeline import Pipeline
 from monitor.state import codec
 from monitor.state.checkpoint import restore_unit
@@ -34,3 +37,12 @@ def pipeline_with(queries: int) -> Pipeline:
     for i in range(queries):
         assert pipeline.feed(query(f"e{i}", float(i), f"s{i}", f"q{i}")) is None
     return pipeline
+
+
+def sans_curves(figures: Export) -> Export:
+    """``figures`` without the judged samples' precision-recall curves: a checkpoint from
+    before judged state 4 migrates without them, so the samples scored before the upgrade
+    add nothing to the curves of the samples completed after it."""
+    if figures.offline is None:
+        return figures
+    return replace(figures, offline=replace(figures.offline, curves=()))

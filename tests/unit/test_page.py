@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from monitor.core.export import (
+    CurveFigures,
     Export,
     OfflineFigures,
     SliceFigures,
@@ -194,6 +195,37 @@ def test_each_verdict_carries_the_trend_of_the_recent_samples() -> None:
     assert rows[0][-1] == "recent samples' means" and rows[1][-1] == "0.410\u20130.620"
     assert rows[3][-1] == "-"
     assert "style=" not in html and "<script" not in html, "the policy allows all of it"
+
+
+def test_each_class_s_precision_recall_curve_is_drawn_against_its_baseline_s() -> None:
+    export = figures(T, (verdict("web", "AP", True), verdict("news", "AP", False)),
+                     web=counts(), news=counts())
+    falling = tuple(1 - i / 10 for i in range(11))
+    curves = (
+        CurveFigures(("web",), "s2", tuple(p / 2 for p in falling), 30, "s1", falling, 28),
+        CurveFigures(("news",), "s2", falling, 12),
+    )
+    assert export.offline is not None
+    with_curves = replace(export, offline=replace(export.offline, curves=curves))
+    html = shown(with_curves)
+    charts = [svg for svg in elements(html, "svg") if svg.get("class") == "curve"]
+    assert len(charts) == 2 and "Precision-recall: latest sample against its baseline" in html
+    samples = [line for line in elements(html, "polyline") if line.get("class") == "sample"]
+    baselines = [line for line in elements(html, "polyline") if line.get("class") == "baseline"]
+    assert len(samples) == 2 and len(baselines) == 1, "news has no baseline curve"
+    assert [line["stroke"] for line in samples] == ["#c62828", page.CURVE_SAMPLE], (
+        "red under a regression of the class")
+    web = [tuple(map(float, p.split(","))) for p in str(samples[0]["points"]).split()]
+    before = [tuple(map(float, p.split(","))) for p in str(baselines[0]["points"]).split()]
+    assert len(web) == len(before) == 11 and web[0][0] < web[10][0]
+    assert web[0][1] > before[0][1], "half the precision: drawn lower"
+    assert web[10][1] == before[10][1], "both at 0 at recall 1"
+    assert "sample s2 (30 queries): 0.500, 0.450" in html
+    assert "baseline s1 (28 queries): 1.000, 0.900" in html
+    assert "news</b>" in html and "no baseline curve" in html
+    assert "style=" not in html and "<script" not in html, "the policy allows all of it"
+    only_news = shown(with_curves, only="news")
+    assert len([s for s in elements(only_news, "svg") if s.get("class") == "curve"]) == 1
 
 
 def worsened(name: str, measure: str) -> dict[str, Any]:

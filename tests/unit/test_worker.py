@@ -16,6 +16,7 @@ from monitor.inputs.generate import Traffic, World, events
 from monitor.run.worker import Assign, Checkpoint, Part, PartitionStates, Process
 from monitor.state.checkpoint import DIRECTORY
 from monitor.state.codec import PREFIX
+from tests.support.checkpoints import sans_curves
 
 EVENTS, JUDGMENTS = "search-events", "search-judgments"
 HOLDER = (JUDGMENTS, 0)
@@ -108,7 +109,11 @@ def test_a_restart_exports_the_live_join_of_a_run_without_one(
     whole = run(tmp_path / "whole", batches, {5, 11})
     again = run(tmp_path / "again", batches, set(), restart, upgrade)
     assert whole.offline == again.offline == HOLDER
-    assert views(again) == views(whole)
+    if upgrade:  # format 4 kept no precision-recall curves: the rest is the same
+        assert {k: sans_curves(v) for k, v in views(again).items()} == {
+            k: sans_curves(v) for k, v in views(whole).items()}
+    else:
+        assert views(again) == views(whole)
     (overall,) = [
         s.histogram for s in views(whole)[HOLDER].scores
         if s.source == "live" and s.slice == ("all",) and s.measure == "nDCG@10"

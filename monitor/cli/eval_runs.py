@@ -1,0 +1,104 @@
+"""``searchmon eval`` with a second run (a paired comparison) or with ``--plot`` (an SVG).
+
+The paired tests are the judged samples' (``monitor.core.stats``), seeded the same way (with
+the number of queries compared), so that the same files give the same p-values every time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from monitor.cli.common import EXIT_OK, UsageError
+from monitor.core.stats import compare
+from monitor.offline.compare import (
+    MeasureComparison,
+    format_comparison_json,
+    format_comparison_text,
+    pair,
+    shared_queries,
+)
+from monitor.offline.curves import interpolated_precision, mean_curve
+from monitor.offline.evaluate import evaluate, rank_run
+from monitor.offline.measures import aggregate, score
+from monitor.offline.plots import RunFigures, evaluation_svg
+from monitor.offline.spec import MeasureNameError, MeasureSpec, parse_named
+from monitor.offline.trec import Qrels, Run
+
+Named = tuple[str, MeasureSpec]
+
+DEFAULT_PLOT_MEASURE = "AP"
+
+
+def compare_runs(
+    args: argparse.Namespace, qrels: Qrels, runs: tuple[Run, Run], measures: Sequence[Named]
+) -> int:
+    """Print each measure's means of both runs, B - A and the paired tests' p-values."""
+    specs = [spec for _, spec in measures]
+    a, b = (evaluate(qrels, run, specs, complete=args.complete, max_docs=args.max_docs)
+            for run in runs)
+    for path, evaluation in ((args.run, a), (args.run_b, b)):
+        if not evaluation.shared_queries and not args.complete:
+            raise UsageError(f"no query of {path} is in {args.qrels}: nothing to evaluate")
+    shared = len(shared_queries(a, b))
+    if not shared:
+        raise UsageError(f"{args.run} and {args.run_b} have no evaluated query in common: "
+                         "nothing to compare")
+    rows = []
+    for paired in pair(a, b, measures):
+        test = compare(paired.tested_b, paired.tested_a, args.permutations,
+                       len(paired.query_ids))
+        rows.append(MeasureComparison(paired.name, len(paired.query_ids), paired.mean_a,
+                                      paired.mean_b, test.p_permutation, test.p_t))
+    names = (str(args.run), str(args.run_b))
+    counts = (len(a.query_ids), len(b.query_ids), shared)
+    out = format_comparison_json if args.json else format_comparison_text
+    sys.stdout.write(out(names, counts, rows))
+    return EXIT_OK
+
+
+def plot_measure(text: str | None, rel_level: int) -> Named:
+    """The histogram's and the difference chart's measure: one name (default AP)."""
+    try:
+        named = parse_named(text or DEFAULT_PLOT_MEASURE)
+    except MeasureNameError as error:
+        raise UsageError(f"--plot-measure: {error}") from None
+    if len(named) != 1:
+        raise UsageError(f"--plot-measure: one measure, not {len(named)} ({text})")
+    name, spec = named[0]
+    if spec.name == "GMAP":
+        raise UsageError("--plot-measure: GMAP has no per-query value; AP is its per-query "
+                         "measure")
+    return name, spec.with_relevance_level(rel_level)
+
+
+def write_plot(
+    args: argparse.Namespace, qrels: Qrels, runs: Sequence[tuple[Path, Run]]
+) -> None:
+    """Write the SVG of ``--plot`` (``monitor.offline.plots``)."""
+    name, spec = plot_measure(args.plot_measure, args.rel_level)
+    figures = []
+    for path, run in runs:
+        query_ids, lists = rank_run(qrels, run, complete=args.complete, max_docs=args.max_docs)
+        values = score(lists, spec)
+        present = ~np.isnan(values)
+        figures.append(RunFigures(
+            path.name, mean_curve(interpolated_precision(lists, spec.relevance)),
+            {q: float(v) for q, v, keep in zip(query_ids, values.tolist(), present.tolist(),
+                                                 strict=True) if keep},
+            aggregate(spec, values),
+        ))
+    if len(figures) == 2 and figures[0].name == figures[1].name:  # same file name: full paths
+        figures = [RunFigures(str(path), f.curve, f.values, f.mean)
+                   for (path, _), f in zip(runs, figures, strict=True)]
+    what = (f"A = {figures[0].name}, B = {figures[1].name}" if len(figures) == 2
+            else figures[0].name)
+    title = f"searchmon eval: {what} (qrels {args.qrels.name})"
+    try:
+        args.plot.write_text(evaluation_svg(figures, name, title), encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {args.plot}: {error.strerror}") from None
