@@ -414,7 +414,7 @@ def _eval(args: argparse.Namespace) -> int:
     evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete,
                           max_docs=args.max_docs)
     if not evaluation.shared_queries:
-        if not args.complete:  # trec_eval: "No queries with both results and relevance info"
+        if not args.complete:  # trec_eval 9: exit 7; trec_eval 10.0: exit 4 (docs/reference/cli.md)
             raise UsageError(f"no query of {args.run} is in {args.qrels}: nothing to evaluate")
         _eval_note(f"no query of {args.run} is in {args.qrels}: every query scores as an "
                    "empty ranking (-c)")

@@ -160,7 +160,7 @@ def eval_files(
         (b"1 0 a 1\n", b"", "run: no results (the file is empty"),
         (b"1 0 a 1\n", b"# nothing retrieved\n", "run: no results"),
         (b"", b"", "qrels: no judgments"),
-        # trec_eval: "No queries with both results and relevance info" (exit 7)
+        # trec_eval 9: "No queries with both results and relevance info" (exit 7); 10.0: exit 4
         (b"1 0 a 1\n", b"2 Q0 a 1 1.0 t\n", "no query of"),
     ],
 )
@@ -179,6 +179,17 @@ def test_a_run_sharing_no_query_with_complete_scores_zero_and_says_so(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert summary_lines(done.stdout) == {"P@1": 0.0}
     assert "every query scores as an empty ranking" in done.stderr
+
+
+def test_a_query_the_run_lacks_is_left_out_without_complete(tmp_path: Path) -> None:
+    """trec_eval 9's behaviour, not trec_eval 10.0's (exit code 4, no output): see cli.md."""
+    qrels, run = b"1 0 a 1\n1 0 b 0\n2 0 c 1\n", b"1 Q0 a 1 2.0 t\n3 Q0 z 1 1.0 t\n"
+    done = eval_files(tmp_path, qrels, run, "-m", "num_q", "-m", "map")
+    assert done.returncode == 0, done.stderr
+    assert summary_lines(done.stdout) == {"num_q": 1.0, "map": 1.0}
+    complete = eval_files(tmp_path, qrels, run, "-c", "-m", "num_q", "-m", "map")
+    assert complete.returncode == 0, complete.stderr
+    assert summary_lines(complete.stdout) == {"num_q": 2.0, "map": 0.5}
 
 
 def test_huge_labels_and_scores_are_numbers_not_errors(tmp_path: Path) -> None:
