@@ -299,8 +299,8 @@ class ExperimentConfig(Section):
     buckets: int = Field(default=128, ge=100, le=10_000)
     """Units are hashed into this many buckets per variant; variances are taken over them."""
     max_units: int = Field(default=10_000_000, ge=1000, le=1_000_000_000)
-    """Units counted exactly per variant (8 bytes each, in memory and in checkpoints); beyond,
-    approximately (HyperLogLog, about 0.8%)."""
+    """Units counted exactly per experiment, shared equally by its variants (8 bytes each, in
+    memory and in checkpoints); beyond, approximately (HyperLogLog, about 0.8%)."""
 
     @model_validator(mode="after")
     def _variants(self) -> ExperimentConfig:

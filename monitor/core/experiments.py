@@ -11,8 +11,8 @@ clicks it sums over. Whatever the number of units, that is ``9 x buckets`` numbe
 variant; the variance of a metric is taken over buckets (``monitor.core.abtest``).
 
 Units are counted exactly, as sorted arrays of their hashes, up to ``max_units`` per
-variant; beyond, a HyperLogLog sketch of 2^14 registers (about 0.8% error) counts them and
-the figures say the count is approximate.
+experiment (shared equally by its variants); beyond, a HyperLogLog sketch of 2^14 registers
+(about 0.8% error) counts them and the figures say the count is approximate.
 
 Pure: no clock, no I/O. Queries and sessions wait here for their outcome (clicked or not,
 abandoned or successful) by id, as the query lists' open queries do.
@@ -69,10 +69,12 @@ def unit_hash(unit: str) -> int:
 class Units:
     """The distinct units of one variant: exact up to ``cap``, then a HyperLogLog."""
 
-    __slots__ = ("cap", "exact", "pending", "registers")
+    __slots__ = ("cap", "exact", "overflowed", "pending", "registers")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
+        self.overflowed = False
+        """Whether a unit did not fit in ``exact``: the count is the sketch's from then on."""
         self.exact = np.zeros(0, dtype=np.uint64)
         self.pending: list[int] = []
         self.registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
@@ -100,12 +102,21 @@ class Units:
             known = np.zeros(len(hashes), dtype=bool)
             inside = at < len(exact)
             known[inside] = exact[at[inside]] == hashes[inside]
-            fresh = hashes[~known][: self.cap - len(exact)]
+            fresh = hashes[~known]
+            room = self.cap - len(exact)
+            if len(fresh) > room:
+                self.overflowed = True
+                fresh = fresh[:room]
             self.exact = np.insert(exact, np.searchsorted(exact, fresh), fresh)
+        else:
+            at = np.searchsorted(exact, hashes)
+            inside = at < len(exact)
+            if not inside.all() or (exact[at[inside]] != hashes[inside]).any():
+                self.overflowed = True
 
     @property
     def approximate(self) -> bool:
-        return len(self.exact) >= self.cap
+        return self.overflowed
 
     def count(self) -> int:
         self.merge()
@@ -128,6 +139,8 @@ class VariantState:
     """The exact units' hashes: little-endian uint64, base64."""
     registers: str
     """The HyperLogLog registers, base64."""
+    approximate: bool = False
+    """Whether some unit did not fit in the exact ones."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +224,7 @@ class Experiments:
             names = config.variants
             self.variant_index.append({name: i for i, name in enumerate(names)})
             self.sums.append([np.zeros((len(METRICS), config.buckets)) for _ in names])
-            self.units.append([Units(config.max_units) for _ in names])
+            self.units.append([Units(config.max_units // len(names)) for _ in names])
         return self
 
     @property
@@ -288,6 +301,7 @@ class Experiments:
                     [list(map(float, row)) for row in array],
                     base64.b64encode(counted.exact.astype("<u8").tobytes()).decode(),
                     base64.b64encode(counted.registers.tobytes()).decode(),
+                    counted.approximate,
                 ))
             state.append(variants)
         return ExperimentsState(
@@ -347,6 +361,7 @@ class Experiments:
                 registers = np.frombuffer(base64.b64decode(variant.registers), dtype=np.uint8)
                 require(len(registers) == 1 << HLL_BITS, "experiments: HyperLogLog size")
                 units.registers = registers.copy()
+                units.overflowed = variant.approximate
             else:
                 moved[old] = e
         for source, target in ((state.open_queries, self.queries),
