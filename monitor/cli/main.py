@@ -10,7 +10,7 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from monitor.cli.common import (
     EXIT_FAILURE,
@@ -77,15 +77,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
+class _Version(argparse.Action):
+    """``--version``: the version is read only when asked for (not on every start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        import monitor
+
+        sys.stdout.write(f"searchmon {monitor.__version__}\n")  # as argparse's version does
+        parser.exit()
+
+
 def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     """The command line's parser; with ``eval_only``, only ``eval``'s (the others' defaults
     come from the configuration module, which loads pydantic)."""
-    from monitor import __version__
-
     parser = argparse.ArgumentParser(
         prog="searchmon", description="Search-quality monitoring: online and offline metrics."
     )
-    parser.add_argument("--version", action="version", version=f"searchmon {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show program's version number and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ev = commands.add_parser(
