@@ -191,8 +191,6 @@ class Experiments:
         default_factory=dict
     )
     """Interleaved queries waiting for their outcome: pair, teams, positions clicked."""
-    refused_pairs: int = 0
-    """Interleaved queries of a pair past ``MAX_PAIRS`` (not counted; in memory only)."""
 
     @property
     def active(self) -> bool:
@@ -207,8 +205,7 @@ class Experiments:
         pair = (names[0], names[1])
         if pair not in self.pairs:
             if len(self.pairs) >= MAX_PAIRS:
-                self.refused_pairs += 1
-                return
+                return  # ranker names come from the events: the pairs stay bounded
             self.pairs[pair] = Preference()
         self.interleaved[query_id] = (pair, teams, [])
 

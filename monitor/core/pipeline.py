@@ -209,6 +209,8 @@ class Pipeline:
         """The A/B experiments, and team-draft interleaving (its sessions' hooks only while
         ``active``)."""
         self._experiment_at = [names.index(e.attribute) for e in config.experiments]
+        self._read_values: tuple[object, tuple[str, ...]] = (None, ())
+        """The query ``read`` last read values of, and them: ``admit`` takes them again."""
         """How a query's dimension values are read (``values``) by the decoders' rule."""
         self._values = self._dimensions_of.values if self._dimensions_of else None
         self._sliced_query = self._dimensions_of.query if self._dimensions_of else QueryEvent
@@ -267,7 +269,8 @@ class Pipeline:
                     given: tuple[str, ...] = ()
                 else:
                     given = self._values(event) if self._values is not None else ()
-                    if self._sliced:
+                    if self._sliced:  # the experiments' values too: kept for ``admit``
+                        self._read_values = (event, given)
                         given = given[:len(self._dimensions)]
                     klass = None if declared is None else self._slice_index.get(
                         (declared, *given)
@@ -386,7 +389,9 @@ class Pipeline:
                     )
                 if self._experiment_at:
                     assert self._values is not None, "experiments read attributes"
-                    values = self._values(event)
+                    last, values = self._read_values
+                    if last is not event:  # not the event read last (read ahead, or plain)
+                        values = self._values(event)
                     self.experiments.searched(
                         [values[i] for i in self._experiment_at], event.query_id,
                         accepted[3], event.user_id or event.client_id, zero,

@@ -49,13 +49,16 @@ def slice_key(labels: tuple[str, ...], values: Slice) -> str:
 class Dimension:
     """One dimension's closed value set, and the first event time of each member."""
 
-    __slots__ = ("first", "fixed", "limit", "name")
+    __slots__ = ("first", "fixed", "limit", "name", "settled")
 
     def __init__(self, name: str, listed: list[str] | None, limit: int) -> None:
         self.name = name
         self.fixed = listed is not None
         self.limit = len(listed) if listed is not None else limit
         self.first: dict[str, float] = dict.fromkeys(listed or (), float("-inf"))
+        self.settled = False
+        """Full, and the watermark has passed every member's first event: the set is final
+        (the watermark only advances, a first event time only moves back)."""
 
     def newest_open(self, watermark: float) -> str | None:
         """The member whose first event is the newest, while the watermark has not passed
@@ -63,7 +66,11 @@ class Dimension:
         if self.fixed or not self.first:
             return None
         value = max(self.first, key=self.first.__getitem__)
-        return value if self.first[value] >= watermark else None
+        if self.first[value] >= watermark:
+            return value
+        if watermark < float("inf") and len(self.first) >= self.limit:
+            self.settled = True  # (an infinite watermark is a placement's, not event time)
+        return None
 
 
 def _classes_1_to_2(document: Any) -> Any:
@@ -193,6 +200,8 @@ class Slices:
         if dimension.fixed or raw == OTHER or raw == "all" or (
             len(raw) > self.config.max_value_chars
         ):
+            return OTHER
+        if dimension.settled:  # the common case of a value outside a full set: no scan
             return OTHER
         if len(first) < dimension.limit:
             if add:

@@ -158,18 +158,16 @@ class Dimensions:
                     else (attributes.get(name) if attributes else None) or UNKNOWN
                     for name, value in zip(self.names, top, strict=True)
                 ])
+        return self.of(attributes)
+
+    def of(self, attributes: Attributes | None) -> tuple[str, ...]:
+        """The values an ``attributes`` mapping gives, ``unknown`` where it gives none."""
         if not attributes:
             return self._unknown
         found = tuple(map(attributes.get, self.names))
         if None in found or "" in found:
             return tuple([value or UNKNOWN for value in found])
         return found  # type: ignore[return-value]  # no None in it
-
-    def of(self, attributes: Attributes | None) -> tuple[str, ...]:
-        """The values an ``attributes`` mapping gives, ``unknown`` where it gives none."""
-        if not attributes:
-            return self._unknown
-        return tuple([attributes.get(name) or UNKNOWN for name in self.names])
 
     def merged(self, data: bytes, attributes: Attributes | None) -> Attributes | None:
         """``attributes`` with the top-level dimension fields of the message ``data``."""
