@@ -255,6 +255,11 @@ class Experiments:
             self.queries[query_id] = assigned
             self.sessions.setdefault(session_id, assigned)
 
+    def found_results(self, query_id: str) -> None:
+        """A query counted as zero-result had results after all."""
+        for e, v, b in self.queries.get(query_id, ()):
+            self.sums[e][v][ZERO, b] -= 1
+
     def first_click(self, query_id: str, seconds: float) -> None:
         for e, v, b in self.queries.get(query_id, ()):
             row = self.sums[e][v]

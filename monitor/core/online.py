@@ -866,6 +866,26 @@ class Sessions:
         if klass is not None and docs and self.served is not None:
             self.served(klass, time, text, [doc for _, doc in sorted(docs.items())])
 
+    def found_results(self, query_id: str, session_id: str, time: float) -> None:
+        """A query counted as zero-result had results after all (another record of its
+        search had hits): it is no longer one, waiting or applied (a click on it is then no
+        click on a zero-result query)."""
+        bucket = self.waiting.get(int(time // self.settle_step))
+        for i, event in enumerate(bucket or ()):
+            if event[1] == QUERY and event[4] == query_id and event[6] == ZERO:
+                bucket[i] = (*event[:6], None)  # type: ignore[index]
+                return
+        session = self.open.get(session_id)
+        if session is None:
+            return  # closed: what the flag decided is counted
+        if session.query_id == query_id:
+            session.flags &= ~ZERO_RESULTS
+            return
+        older = session.older
+        found = _find(older, query_id)
+        if found >= 0 and older is not None:
+            older[found + 3] &= ~ZERO_RESULTS
+
     def count_latency(self, klass: int, seconds: float) -> None:
         latency = self.counters.query_latency
         latency.counts[klass][bisect_left(latency.bounds, seconds)] += 1

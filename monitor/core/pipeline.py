@@ -58,6 +58,24 @@ FAILURES_LOGGED = 10
 
 
 
+SEARCHES_KEPT = 8192
+"""UBI searches remembered with their results, for the records of a search that come after
+its first (they come within seconds: the front end logs one search as several requests)."""
+
+
+@dataclass(slots=True)
+class _Search:
+    """A UBI search counted: where it counted, and the results of its records so far (None:
+    not logged)."""
+
+    klass: int
+    time: float
+    session_id: str
+    text: str
+    zero: bool
+    shown: set[str] | None
+
+
 QUERY_IDS_KEPT = 65536
 """Query ids remembered (with their session and text) to see one reused: a cache, in memory
 only (a reuse across a restart is not seen)."""
@@ -226,6 +244,9 @@ class Pipeline:
         self._query_ids: dict[str, int] = {}
         """Recent query ids: a hash of their session and text (``QUERY_IDS_KEPT``, oldest
         out; only the hash, so that the memory keeps no text alive)."""
+        self._searches: dict[str, _Search] = {}
+        """Recent UBI searches (``SEARCHES_KEPT``, oldest out), for the records of a search
+        that come after its first: in memory only, like ``_query_ids``."""
         self._wire()
         self.forwarding = False
         """Set by the orchestrator when another pipeline holds the offline state: judged
@@ -346,6 +367,8 @@ class Pipeline:
                         return self._reject(reason, event)
                     sessions.remember(event.event_id)
                     self.health.merged_query_records += 1
+                    if event.result_ids:
+                        self._merge_results(event)
                     return None
                 if accepted[5] == NEW:
                     reason = sessions.refuses(accepted)
@@ -373,6 +396,10 @@ class Pipeline:
                     self.health.reused_query_ids += 1
                     ids[event.query_id] = seen
                 klass = accepted[5]
+                if not self.slices.final:  # first event times may still move the sets
+                    self.slices.saw(klass, accepted[0], sessions.watermark)
+                if event.event_id.startswith(QUERY_EVENT):  # a UBI search: more may come
+                    self._search(event, klass, accepted)
                 counters = self.counters
                 counters.queries[klass] += 1
                 if self._dimensions and OTHER in self._names[klass]:
@@ -416,6 +443,38 @@ class Pipeline:
             return None
         except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, before)
+
+    def _search(self, event: QueryEvent, klass: int, accepted: Accepted) -> None:
+        """Remember a UBI search counted, for the records of it still to come."""
+        searches = self._searches
+        if len(searches) >= SEARCHES_KEPT:
+            del searches[next(iter(searches))]
+        searches[event.query_id] = _Search(
+            klass, accepted[0], event.session_id, event.query_text, accepted[6] == ZERO,
+            set(event.result_ids) if event.results_known else None,
+        )
+
+    def _merge_results(self, event: QueryEvent) -> None:
+        """Another record of a search counted: its results are the union of its records',
+        and it found nothing only if no record had hits (a search that found nothing
+        becomes one that found something, in every count that took it as zero-result)."""
+        search = self._searches.get(event.query_id)
+        if search is None or search.shown is None:
+            return  # forgotten, or its results were not logged: its impressions count
+        shown = search.shown
+        new = [doc for doc in event.result_ids if doc not in shown]
+        if not new:
+            return
+        shown.update(new)
+        klass = search.klass
+        self.counters.result_impressions[klass] += len(new)
+        if search.zero:
+            search.zero = False
+            self.counters.zero_result_queries[klass] -= 1
+            self.sessions.found_results(event.query_id, search.session_id, search.time)
+            if self.lists is not None:
+                self.lists.found_results(klass, search.time, search.text)
+            self.experiments.found_results(event.query_id)
 
     def _finished(
         self, query_id: str, klass: int, time: float, session_id: str, clicked: bool

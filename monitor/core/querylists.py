@@ -226,6 +226,19 @@ class QueryLists:
         self.open[query_id] = key
         self._gather(self._arrivals, True, self.of[klass], time, key, session_id, zero)
 
+    def found_results(self, klass: int, time: float, text: str) -> None:
+        """A search counted as zero-result had results after all: it leaves the zero-result
+        list, if its batch is still open (within the smallest window of its arrival, unless
+        the batch filled up; once merged into the summaries it stays)."""
+        batch = self._arrivals.get(self.of[klass])
+        if batch is None or not batch.low <= time < batch.high:
+            return
+        entry = batch.counts.get(self._keys.get(text) or self.key(text))
+        if entry is not None and entry[1]:
+            entry[1] -= 1
+            if not entry[1]:
+                entry[2] = None
+
     def finished(
         self, query_id: str, klass: int, time: float, session_id: str, clicked: bool
     ) -> None:

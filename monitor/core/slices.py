@@ -49,7 +49,7 @@ def slice_key(labels: tuple[str, ...], values: Slice) -> str:
 class Dimension:
     """One dimension's closed value set, and the first event time of each member."""
 
-    __slots__ = ("first", "fixed", "limit", "name", "settled")
+    __slots__ = ("first", "fixed", "limit", "name", "pending", "settled")
 
     def __init__(self, name: str, listed: list[str] | None, limit: int) -> None:
         self.name = name
@@ -59,6 +59,9 @@ class Dimension:
         self.settled = False
         """Full, and the watermark has passed every member's first event: the set is final
         (the watermark only advances, a first event time only moves back)."""
+        self.pending: dict[str, float] = {}
+        """Values outside the full set while it is not settled, with their first event
+        time: one may still take a member's place."""
 
     def newest_open(self, watermark: float) -> str | None:
         """The member whose first event is the newest, while the watermark has not passed
@@ -70,7 +73,23 @@ class Dimension:
             return value
         if watermark < float("inf") and len(self.first) >= self.limit:
             self.settled = True  # (an infinite watermark is a placement's, not event time)
+            self.pending.clear()
         return None
+
+
+def _classes_2_to_3(document: Any) -> Any:
+    """Version 2 kept no first event time of a learned class: each is a member for good."""
+    if isinstance(document, dict):
+        def count(key: str) -> int:  # (validation refuses what is no list, after this)
+            value = document.get(key)
+            return len(value) if isinstance(value, list) else 0
+
+        document.setdefault("class_first", [None] * count("classes"))
+        document.setdefault("classes_out", [])
+        document.setdefault("hidden", [None] * count("slices"))
+        document.setdefault("pending", [[] for _ in range(count("dimensions"))])
+        document.setdefault("pending_first", [[] for _ in range(count("dimensions"))])
+    return document
 
 
 def _classes_1_to_2(document: Any) -> Any:
@@ -95,14 +114,25 @@ class SlicesState:
     slices: list[list[str]]
     list_dimensions: list[str]
     lists: list[list[str]]
+    class_first: list[Float | None]
+    """Per class name: the first event time of a learned member (None: a member for good,
+    or one of ``classes_out``)."""
+    classes_out: list[str]
+    """Learned classes outside the set: pending, or that lost their place to earlier ones."""
+    hidden: list[list[str] | None]
+    """Per slice: the label values it has once its values relabelled ``other`` are back
+    (None: none is)."""
+    pending: list[list[str]]
+    """Per dimension: the values outside its full set that may still join it."""
+    pending_first: list[list[Float]]
 
 
 @dataclass
 class Slices:
     """Maps queries to slice indexes (``locate``); ``names[index]`` are its label values."""
 
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _classes_1_to_2}
+    VERSION: ClassVar[int] = 3
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _classes_1_to_2, 2: _classes_2_to_3}
 
     config: SlicesConfig
     classes: QueryClasses
@@ -114,8 +144,7 @@ class Slices:
     """Members that lost their place (dimension, the slices relabelled, 1) or got it back
     (-1), for the caller to count their queries as folded or not."""
     _was: dict[int, dict[int, str]] = field(default_factory=dict)
-    """Per label position: the value each slice relabelled ``other`` had (in memory only:
-    a restart within the allowed lateness keeps the relabelling)."""
+    """Per label position: the value each slice relabelled ``other`` had."""
     _budget_logged: bool = False
     lists_by: tuple[str, ...] = ()
     """The dimensions the query lists are kept by (``[query_lists] dimensions``)."""
@@ -126,6 +155,13 @@ class Slices:
     list_index: dict[Slice, int] = field(default_factory=dict)
     lists_restarted: bool = False
     """``restore``: the state's lists were kept by other dimensions (they start over)."""
+    hidden: dict[Slice, int] = field(default_factory=dict)
+    """Label values a slice would have without the values relabelled ``other`` in it (a
+    pending value's, or a member's that lost its place) -> that slice."""
+    final: bool = False
+    """Every set (the classes and each dimension's values) is settled: a query's slice no
+    longer moves the first event times (``saw``)."""
+    _check_at: float = float("-inf")
 
     @classmethod
     def from_config(
@@ -164,22 +200,36 @@ class Slices:
     ) -> int:
         """The slice index of a query with this declared class, text and dimension values
         (``given``: as the query gives them, ``unknown`` where it does not) at event
-        ``time``; with ``add`` False, ``NEW`` where it would change the sets."""
-        known = len(self.classes.names)
-        klass = self.classes.classify(query_class, text, add)
+        ``time``; with ``add`` False, ``NEW`` where it would change the sets.
+
+        A class or value outside its full set that may still join it (``pending``: the set
+        is not settled) has slices of its own, labelled ``other`` until it joins."""
+        classes = self.classes
+        klass = classes.classify(query_class, text, add, time, watermark)
         if klass == NEW:
             return NEW
-        if len(self.classes.names) > known:  # a class joined: its slice without values
-            self._add((self.classes.names[klass], *(UNKNOWN for _ in self.dimensions)))
-        if not self.dimensions:
-            return klass if self.plain else self.index[(self.classes.names[klass],)]
+        if classes.changes:  # a class joined (in the place of another)
+            self._classes_changed()
+        name = classes.names[klass]
+        waiting = [0] if klass and name not in classes.index else []
+        if not self.dimensions and not waiting:
+            return klass if self.plain else self.index[(name,)]
         values = []
-        for dimension, raw in zip(self.dimensions, given, strict=True):
+        for at, (dimension, raw) in enumerate(zip(self.dimensions, given, strict=True), 1):
             value = self._value(dimension, raw, time, watermark, add)
             if value is None:
                 return NEW
-            values.append(value)
-        key = (self.classes.names[klass], *values)
+            if value is not raw or value in dimension.first or value == UNKNOWN:
+                values.append(value)
+            else:  # pending
+                values.append(raw)
+                waiting.append(at)
+        key = (name, *values)
+        if waiting:
+            found = self.hidden.get(key)
+            if found is not None:
+                return found
+            return self._add_hidden(key, waiting) if add else NEW
         found = self.index.get(key)
         if found is not None:
             return found
@@ -188,7 +238,8 @@ class Slices:
     def _value(
         self, dimension: Dimension, raw: str, time: float, watermark: float, add: bool,
     ) -> str | None:
-        """The member the value ``raw`` is (``unknown``, ``other``), or None: it would join."""
+        """The member the value ``raw`` is (``unknown``, ``other``), ``raw`` itself while it
+        is pending, or None: it would join (or start pending)."""
         if not raw or raw == UNKNOWN:
             return UNKNOWN
         first = dimension.first
@@ -203,38 +254,94 @@ class Slices:
             return OTHER
         if dimension.settled:  # the common case of a value outside a full set: no scan
             return OTHER
+        pending = dimension.pending
+        waited = pending.get(raw)
+        if waited is not None and waited < time:
+            time = waited
+        at = 1 + self.dimensions.index(dimension)
         if len(first) < dimension.limit:
             if add:
+                pending.pop(raw, None)
                 first[raw] = time
-                self._readmit(dimension, raw)
+                self._readmit(at, raw)
             return raw if add else None
         newest = dimension.newest_open(watermark)
-        if newest is None or first[newest] <= time:
-            return OTHER
-        if add:  # it came earlier: it takes the newest member's place
-            del first[newest]
+        if newest is not None and time < first[newest]:
+            if not add:
+                return None
+            # it came earlier: it takes the newest member's place, which waits
+            pending[newest] = first.pop(newest)
+            pending.pop(raw, None)
             first[raw] = time
-            self._relabel(dimension, newest)
-            self._readmit(dimension, raw)
+            self._relabel(at, newest)
+            self._readmit(at, raw)
             return raw
-        return None
+        if newest is None or (waited is None and len(pending) >= 4 * dimension.limit):
+            return OTHER  # settled now, or too many waiting: it stays out for good
+        if not add:
+            return raw if waited is not None else None
+        pending[raw] = time
+        return raw
 
-    def _relabel(self, dimension: Dimension, value: str) -> None:
-        """Every slice with ``value`` of ``dimension`` becomes one with ``other`` (until
-        an earlier event of ``value`` makes it a member again: ``_readmit``)."""
-        at = 1 + self.dimensions.index(dimension)
+    def _add_hidden(self, key: Slice, waiting: list[int]) -> int:
+        """A slice for ``key`` whose values at the label positions ``waiting`` are pending:
+        labelled ``other`` there until they join (``_readmit``)."""
+        shown = tuple(OTHER if at in waiting else value for at, value in enumerate(key))
+        if len(self.index) >= self.config.max_series:
+            return self._add(shown)
+        i = len(self.names)
+        self.names.append(shown)
+        self.lists.append(self._list_of(shown))
+        self.index.setdefault(shown, i)
+        for at in waiting:
+            self._was.setdefault(at, {})[i] = key[at]
+        self.hidden[key] = i
+        return i
+
+    def _raw(self, i: int) -> Slice:
+        """The label values slice ``i`` has once every value relabelled ``other`` is back."""
+        name = list(self.names[i])
+        for at, was in self._was.items():
+            value = was.get(i)
+            if value is not None:
+                name[at] = value
+        return tuple(name)
+
+    def _classes_changed(self) -> None:
+        """Classes joined the set, in the place of others: the slices of a class that lost
+        its place are relabelled ``other``; a joining class gets back the slices it had, or
+        a slice of no dimension value."""
+        changes, self.classes.changes = self.classes.changes, []
+        unknown = tuple(UNKNOWN for _ in self.dimensions)
+        for name, joined in changes:
+            if not joined:
+                self._relabel(0, name)
+                log.info("query classes: %r is no longer among the first %d classes in event "
+                         "time: its figures so far count as other", name, self.classes.limit)
+                continue
+            self._readmit(0, name)
+            if (name, *unknown) not in self.hidden:
+                self._add((name, *unknown))
+
+    def _relabel(self, at: int, value: str) -> None:
+        """Every slice with ``value`` at label position ``at`` becomes one with ``other``
+        (until an earlier event of ``value`` makes it a member again: ``_readmit``)."""
         moved = [i for i, name in enumerate(self.names) if name[at] == value]
         was = self._was.setdefault(at, {})
         for i in moved:
+            self.hidden[self._raw(i)] = i
             self._rename(i, (*self.names[i][:at], OTHER, *self.names[i][at + 1:]))
             was[i] = value
-        self.evicted.append((dimension.name, moved, 1))
-        log.info("slices: %s %r is no longer among the first %d values in event time: its "
-                 "figures so far count as other", dimension.name, value, dimension.limit)
+        if at:
+            dimension = self.dimensions[at - 1]
+            self.evicted.append((dimension.name, moved, 1))
+            log.info("slices: %s %r is no longer among the first %d values in event time: "
+                     "its figures so far count as other", dimension.name, value,
+                     dimension.limit)
 
-    def _readmit(self, dimension: Dimension, value: str) -> None:
-        """The slices relabelled ``other`` when ``value`` lost its place get it back."""
-        at = 1 + self.dimensions.index(dimension)
+    def _readmit(self, at: int, value: str) -> None:
+        """The slices labelled ``other`` at label position ``at`` while ``value`` was out
+        get it back."""
         was = self._was.get(at)
         if not was:
             return
@@ -242,8 +349,34 @@ class Slices:
         for i in back:
             del was[i]
             self._rename(i, (*self.names[i][:at], value, *self.names[i][at + 1:]))
-        if back:
-            self.evicted.append((dimension.name, back, -1))
+            if self.names[i] == self._raw(i):  # no value of it waits any more
+                self.hidden.pop(self.names[i], None)
+        if back and at:
+            self.evicted.append((self.dimensions[at - 1].name, back, -1))
+
+    def saw(self, index: int, time: float, watermark: float) -> None:
+        """A query of slice ``index`` at event ``time`` found its slice without ``locate``:
+        the first event times of its class and values may be earlier than the sets knew.
+        Every second of watermark, whether the sets are all settled (``final``)."""
+        name = self.names[index]
+        classes = self.classes
+        if not classes.settled:
+            classes.saw(name[0], time)
+        for dimension, value in zip(self.dimensions, name[1:], strict=False):
+            if not dimension.settled:
+                first = dimension.first.get(value)
+                if first is not None and time < first:
+                    dimension.first[value] = time
+        if watermark >= self._check_at:
+            self._check_at = watermark + 1.0
+            if not classes.settled:
+                classes._newest_open(watermark)
+            for dimension in self.dimensions:
+                if not dimension.settled:
+                    dimension.newest_open(watermark)
+            self.final = (classes.settled or classes.fixed) and all(
+                d.settled or d.fixed for d in self.dimensions
+            )
 
     def _rename(self, i: int, new: Slice) -> None:
         """Slice ``i`` takes the label values ``new``; the index of its old values moves to
@@ -278,8 +411,8 @@ class Slices:
         return self.index[key]
 
     def add_class(self, name: str) -> int:
-        """The class ``name`` joins the set (the caller checks that it may), with its slice
-        of no dimension value; returns the slice's index."""
+        """The class ``name`` joins the set for good (the caller checks that it may), with
+        its slice of no dimension value; returns the slice's index."""
         self.classes.add(name)
         return self._add((name, *(UNKNOWN for _ in self.dimensions)))
 
@@ -318,6 +451,13 @@ class Slices:
             [[None if d.fixed else t for t in d.first.values()] for d in self.dimensions],
             [list(name) for name in self.names], list(self.lists_by),
             [list(name) for name in self.list_names],
+            [self.classes.first.get(name, self.classes.pending.get(name))
+             for name in self.classes.names],
+            [name for name in self.classes.names[1:] if name not in self.classes.index],
+            [list(self._raw(i)) if any(i in was for was in self._was.values()) else None
+             for i in range(len(self.names))],
+            [list(d.pending) for d in self.dimensions],
+            [list(d.pending.values()) for d in self.dimensions],
         )
 
     @classmethod
@@ -327,14 +467,17 @@ class Slices:
         by it alone become aliases), and a value now outside its set reads ``other``."""
         config = layout.config
         require(len(state.slices) == layout.classes, "slices: not as many as the state's")
-        classes = QueryClasses.restore(Layout(config, len(state.classes)), state.classes)
+        classes = QueryClasses.restore(
+            Layout(config, len(state.classes)), state.classes, state.class_first,
+            state.classes_out,
+        )
         slices = cls(config.slices, classes, [
             Dimension(name, config.slices.values.get(name), config.slices.max_values)
             for name in config.slices.dimensions
         ], lists_by=tuple(config.query_lists.dimensions))
         if tuple(state.list_dimensions) == slices.lists_by:  # the lists' indexes hold
             for values in state.lists:
-                require(len(values) == 1 + len(slices.lists_by) and values[0] in classes.index,
+                require(len(values) == 1 + len(slices.lists_by) and values[0] in classes.names,
                         "slices: query lists of an unknown class or of other dimensions")
                 slices.list_index.setdefault(tuple(values), len(slices.list_names))
                 slices.list_names.append(tuple(values))
@@ -352,6 +495,9 @@ class Slices:
             for value, time in zip(state.values[at], state.first[at], strict=True):
                 if len(dimension.first) < dimension.limit and value:
                     dimension.first[value] = float("-inf") if time is None else time
+            if at < len(state.pending):
+                dimension.pending = dict(zip(state.pending[at], state.pending_first[at],
+                                             strict=True))
         names = set(classes.names)
         for values in state.slices:
             require(len(values) == 1 + len(state.dimensions) and values[0] in names,
@@ -366,7 +512,17 @@ class Slices:
             slices.index.setdefault(tuple(key), len(slices.names))
             slices.names.append(tuple(key))
             slices.lists.append(slices._list_of(tuple(key)))
+        require(len(state.hidden) == len(state.slices), "slices: hidden values of others")
+        if state.dimensions == config.slices.dimensions:  # the relabellings hold
+            for i, raw in enumerate(state.hidden):
+                if raw is None:
+                    continue
+                require(len(raw) == len(slices.names[i]), "slices: hidden values of others")
+                for at, (value, shown) in enumerate(zip(raw, slices.names[i], strict=True)):
+                    if value != shown:
+                        slices._was.setdefault(at, {})[i] = value
+                slices.hidden[tuple(raw)] = i
         unknown = tuple(UNKNOWN for _ in slices.dimensions)
-        require(all((name, *unknown) in slices.index for name in classes.names),
+        require(all((name, *unknown) in slices.index for name in classes.index),
                 "slices: a class without its slice")
         return slices

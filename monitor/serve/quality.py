@@ -8,10 +8,12 @@ from typing import Any
 
 from monitor.core.export import Export
 
-MIN_SESSIONS = 100
-"""Sessions before their success or abandonment can be called implausible."""
+MIN_SESSIONS = 10
+"""Sessions before their success or abandonment can be called implausible: every one of
+10 sessions successful has a chance of 2.8% where 70% of sessions truly succeed."""
 IMPLAUSIBLE = 0.99
-"""A share of sessions this high, all successful or all abandoned, is a logging artefact."""
+"""A share of sessions this high, all successful or all abandoned, is a logging artefact
+(below 100 sessions: every one)."""
 SHARE = 0.01
 """A signal past this share of what it is counted against is a warning."""
 

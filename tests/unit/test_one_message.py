@@ -83,10 +83,10 @@ def test_a_step_that_fails_on_one_message_rejects_it_and_the_batch_goes_on(
 
     classify = QueryClasses.classify
 
-    def failing(self: QueryClasses, declared: str | None, text: str, add: bool = True) -> int:
+    def failing(self: QueryClasses, declared: str | None, text: str, *more: Any) -> int:
         if text == "boom":
             raise KeyError("a defect")
-        return classify(self, declared, text, add)
+        return classify(self, declared, text, *more)
 
     monkeypatch.setattr(QueryClasses, "classify", failing)
     good = good_traffic()

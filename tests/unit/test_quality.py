@@ -11,6 +11,7 @@ from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.serve.page import render
 from monitor.serve.quality import data_quality
+from monitor.serve.queries import query_report
 from monitor.serve.report import format_table, report
 from tests.support.checkpoints import round_trip
 from tests.support.events import click, conversion, line, query, stamp
@@ -134,3 +135,57 @@ def test_records_of_one_ubi_search_are_one_search() -> None:
     )
     assert health.events_read == 5 == export(pipeline).events_read, "every record accounted"
     assert round_trip(pipeline).health.merged_query_records == 1
+
+
+def ubi_click(event_id: str, at: float, query_id: str) -> bytes:
+    return line({"action_name": "click", "query_id": query_id, "client_id": "c1",
+                 "timestamp": stamp(at), "event_attributes": {
+                     "object": {"object_id": "d1"}, "position": {"ordinal": 1}}})
+
+
+def test_a_search_found_nothing_only_if_none_of_its_records_had_hits() -> None:
+    """Records of one search: results are the union of their hits, and it is zero-result
+    only when no record had any, in whichever order they come, whether the second comes
+    before the first was applied (waiting for the watermark) or after, and in every count
+    that took it as zero-result: the zero-result rate, clicked zero-result queries, the
+    zero-result query list and the experiments."""
+    config = parse_config(
+        '[sessions]\ntimeout = "60s"\nallowed_lateness = "10s"\n'
+        '[query_lists]\nmin_sessions = 1\n'
+    )
+    for later in (0.5, 30):  # the second record before, or after, the watermark passed
+        for order in ("empty first", "hits first"):
+            empty = ubi_query("q1", 0, "laptop", [])
+            hits = ubi_query("q1", 0.2, "laptop", ["d1", "d2", "d3"])
+            records = [empty, hits] if order == "empty first" else [hits, empty]
+            pipeline = Pipeline(config)
+            assert pipeline.feed(records[0]) is None
+            # a second search moves the watermark past the first (or not)
+            assert pipeline.feed(ubi_query("q2", later, "phone", ["p1"], client_id="c2")) is None
+            assert pipeline.feed(records[1]) is None
+            assert pipeline.feed(ubi_query("q1", later + 1, "laptop", ["d1", "d4"],
+                                           page=2)) is None
+            assert pipeline.feed(ubi_click("k1", later + 2, "q1")) is None
+            pipeline.close()
+            counters, case = pipeline.counters, (later, order)
+            assert sum(counters.queries) == 2, case
+            assert sum(counters.zero_result_queries) == 0, case
+            assert sum(counters.clicked_zero_result_queries) == 0, case
+            assert sum(counters.result_impressions) == 4 + 1, case  # d1..d4, and p1
+            assert pipeline.health.merged_query_records == 2, case
+            zero = [row for e in query_report([pipeline], pipeline, config)["lists"]
+                    if e["list"] == "zero_results" for row in e["rows"]]
+            assert zero == [], case
+            searched = [row["query"] for e in query_report([pipeline], pipeline, config)["lists"]
+                        if e["list"] == "searches" for row in e["rows"]]
+            assert "laptop" in searched, case
+
+
+def test_a_search_none_of_whose_records_had_hits_is_zero_result() -> None:
+    pipeline = Pipeline(CONFIG)
+    for at in (0, 0.3):
+        assert pipeline.feed(ubi_query("q1", at, "laptop", [])) is None
+    assert pipeline.feed(ubi_click("k1", 2, "q1")) is None
+    pipeline.close()
+    assert sum(pipeline.counters.zero_result_queries) == 1
+    assert sum(pipeline.counters.clicked_zero_result_queries) == 1

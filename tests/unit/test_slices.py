@@ -13,7 +13,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.config import Config, ConfigError, QueryListsConfig, SlicesConfig, load_config
+from monitor.config import (
+    Config,
+    ConfigError,
+    QueryClassesConfig,
+    QueryListsConfig,
+    SlicesConfig,
+    load_config,
+)
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.serve.metrics import ExportCollector
@@ -22,6 +29,7 @@ from monitor.serve.report import report
 from monitor.state import codec
 from monitor.state.checkpoint import restore_unit
 from monitor.state.codec import UnitState
+from tests.support.checkpoints import round_trip
 from tests.support.events import click, query, stamp
 
 DIMENSIONS = ["platform", "locale"]
@@ -30,7 +38,10 @@ LOCALES = ["en-US", "de-DE", "fr-FR"]
 LATENESS = 120.0
 
 
-def traffic(seed: int, sessions: int = 400) -> list[tuple[float, dict[str, Any], bytes]]:
+def traffic(
+    seed: int, sessions: int = 400, classes: tuple[str, ...] = ("head", "tail"),
+    spacing: float = 10.0,
+) -> list[tuple[float, dict[str, Any], bytes]]:
     """Sessions of one to three queries, some clicked, whose dimension values come as a
     top-level field, in ``attributes``, both (the field wins) or not at all; every event
     time distinct. Returns (time, what the query says, the line) per event."""
@@ -38,7 +49,7 @@ def traffic(seed: int, sessions: int = 400) -> list[tuple[float, dict[str, Any],
     out: list[tuple[float, dict[str, Any], bytes]] = []
     times = rng.sample(range(0, 40 * sessions), sessions)
     for s, start in enumerate(times):
-        at = float(start) * 10 + 0.001 * s
+        at = float(start) * spacing + 0.001 * s
         platform = rng.choice([*PLATFORMS, None])
         locale = rng.choice([*LOCALES, None])
         fields: dict[str, Any] = {}
@@ -53,7 +64,7 @@ def traffic(seed: int, sessions: int = 400) -> list[tuple[float, dict[str, Any],
                 fields["attributes"] = {"platform": "wrong"}
         if locale is not None:
             fields.setdefault("attributes", {})["locale"] = locale
-        klass = rng.choice(["head", "tail"])
+        klass = rng.choice(classes)
         for q in range(rng.randint(1, 3)):
             qid = f"s{s}q{q}"
             at += rng.uniform(1, 30)
@@ -68,20 +79,24 @@ def traffic(seed: int, sessions: int = 400) -> list[tuple[float, dict[str, Any],
 
 
 def expected(
-    events: list[tuple[float, dict[str, Any], bytes]], limit: int
+    events: list[tuple[float, dict[str, Any], bytes]], limit: int, class_limit: int = 20,
 ) -> dict[tuple[str, ...], Counter[str]]:
-    """Per slice, counted apart from the pipeline: each dimension's members are its first
-    ``limit`` values in event time; a query's slice is its class and values (``unknown``
-    when not given, ``other`` outside the set); a session's is its first query's."""
+    """Per slice, counted apart from the pipeline: the classes are the first
+    ``class_limit`` in event time and each dimension's members its first ``limit`` values;
+    a query's slice is its class and values (``unknown`` when not given, ``other`` outside
+    the set); a session's is its first query's."""
     members: dict[str, list[str]] = {name: [] for name in DIMENSIONS}
+    classes: list[str] = []
     for _, said, _ in events:
+        if "class" in said and said["class"] not in classes and len(classes) < class_limit:
+            classes.append(said["class"])
         for name in DIMENSIONS:
             value = said.get(name)
             if value is not None and value not in members[name] and len(members[name]) < limit:
                 members[name].append(value)
 
     def slice_of(said: dict[str, Any]) -> tuple[str, ...]:
-        values = [said["class"]]
+        values = [said["class"] if said["class"] in classes else "other"]
         for name in DIMENSIONS:
             value = said[name]
             values.append("unknown" if value is None else value if value in members[name]
@@ -109,9 +124,15 @@ def expected(
     return counts
 
 
-def counted(config: Config, lines: list[bytes]) -> dict[tuple[str, ...], Counter[str]]:
+def counted(
+    config: Config, lines: list[bytes], restore_at: list[int] | None = None
+) -> dict[tuple[str, ...], Counter[str]]:
+    """Per slice, as the pipeline counts ``lines`` (restored from its checkpoint before
+    each line number of ``restore_at``)."""
     pipeline = Pipeline(config)
-    for data in lines:
+    for n, data in enumerate(lines):
+        if restore_at and n in restore_at:
+            pipeline = round_trip(pipeline)
         assert pipeline.feed(data) is None
     pipeline.close()
     figures = export(pipeline)
@@ -141,6 +162,37 @@ def test_per_slice_counts_equal_an_independent_count_in_order_and_shuffled(limit
     assert counted(config, [line for _, _, line in events]) == want
     for seed in range(3):
         assert counted(config, shuffled_within_lateness(events, seed)) == want, seed
+
+
+def test_the_classes_are_the_first_in_event_time_whatever_the_order_of_arrival() -> None:
+    """More classes than ``max_query_classes``: the set is the first classes in event time,
+    and every count per slice equals an independent count, in order and shuffled within the
+    allowed lateness (a class arriving before an earlier one takes its place, and gives it
+    back)."""
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS, max_values=5),
+                    query_classes=QueryClassesConfig(max_query_classes=4))
+    # sessions starting 2 s apart on average: classes first come within the lateness
+    events = traffic(seed=11, classes=tuple(f"class-{i}" for i in range(10)), spacing=0.05)
+    want = expected(events, 5, class_limit=4)
+    assert len({key[0] for key in want}) == 5, "four classes and other"
+    assert counted(config, [line for _, _, line in events]) == want
+    for seed in range(4):
+        assert counted(config, shuffled_within_lateness(events, seed)) == want, seed
+    # restored from a checkpoint while classes and values wait: the same counts
+    lines = shuffled_within_lateness(events, 7)
+    assert counted(config, lines, restore_at=[len(lines) // 20, len(lines) // 9]) == want
+    plain = Config(query_classes=QueryClassesConfig(max_query_classes=4))
+    for seed in range(2):
+        pipeline = Pipeline(plain)
+        for data in shuffled_within_lateness(events, seed):
+            assert pipeline.feed(data) is None
+        pipeline.close()
+        queries, per_class = Counter[str](), Counter[str]()
+        for part in export(pipeline).slices:
+            queries[part.slice[0]] += part.count("queries")
+        for key, counts in want.items():
+            per_class[key[0]] += counts["queries"]
+        assert +queries == per_class, seed
 
 
 def test_folded_queries_are_counted_per_dimension() -> None:

@@ -126,7 +126,8 @@ def test_index_tab_document_lines_are_recognised_from_the_data(tmp_path: Path) -
 def test_the_ubi_kata_log_replays_as_it_is_and_its_artefacts_are_flagged() -> None:
     """A real log of `<index>\\t<json>` lines (tests/data/ubi-real, 14 clients of the UBI
     kata): read whole (it was 30,958 `invalid_json` of 30,958), with the counts of its README
-    as logged, and the clicked zero-result queries flagged."""
+    as logged, and its artefacts flagged: clicked zero-result queries, and every session
+    (a client: the query records carry no session id) successful."""
     from tests.support.files import DATA
 
     log = DATA / "ubi-real" / "kata-log-subset.tsv.gz"
@@ -137,6 +138,9 @@ def test_the_ubi_kata_log_replays_as_it_is_and_its_artefacts_are_flagged() -> No
     quality = result["data_quality"]
     assert quality["clicked_zero_result_queries"] > 0.01 * quality["zero_result_queries"]
     assert any("zero-result queries were clicked" in w for w in quality["warnings"])
+    assert quality["sessions"] == quality["successful_sessions"] == 14
+    assert "100.0% of 14 sessions are successful: session success and abandonment are a " \
+        "logging artefact here" in quality["warnings"]
 
 
 def test_the_chorus_export_counts_searches_as_a_hand_count_does() -> None:
