@@ -396,8 +396,8 @@ class Pipeline:
                     self.health.reused_query_ids += 1
                     ids[event.query_id] = seen
                 klass = accepted[5]
-                if not self.slices.final:  # first event times may still move the sets
-                    self.slices.saw(klass, accepted[0], sessions.watermark)
+                if accepted[0] < self.slices.latest_first:  # before a set member's first
+                    self.slices.saw(klass, accepted[0])
                 if event.event_id.startswith(QUERY_EVENT):  # a UBI search: more may come
                     self._search(event, klass, accepted)
                 counters = self.counters

@@ -158,10 +158,9 @@ class Slices:
     hidden: dict[Slice, int] = field(default_factory=dict)
     """Label values a slice would have without the values relabelled ``other`` in it (a
     pending value's, or a member's that lost its place) -> that slice."""
-    final: bool = False
-    """Every set (the classes and each dimension's values) is settled: a query's slice no
-    longer moves the first event times (``saw``)."""
-    _check_at: float = float("-inf")
+    latest_first: float = float("-inf")
+    """At least the latest first event time of a learned class or value: a query at this
+    time or later moves no first event time (``saw`` is for earlier ones)."""
 
     @classmethod
     def from_config(
@@ -263,6 +262,7 @@ class Slices:
             if add:
                 pending.pop(raw, None)
                 first[raw] = time
+                self.latest_first = max(self.latest_first, time)
                 self._readmit(at, raw)
             return raw if add else None
         newest = dimension.newest_open(watermark)
@@ -273,6 +273,7 @@ class Slices:
             pending[newest] = first.pop(newest)
             pending.pop(raw, None)
             first[raw] = time
+            self.latest_first = max(self.latest_first, time)
             self._relabel(at, newest)
             self._readmit(at, raw)
             return raw
@@ -320,6 +321,7 @@ class Slices:
                          "time: its figures so far count as other", name, self.classes.limit)
                 continue
             self._readmit(0, name)
+            self.latest_first = max(self.latest_first, self.classes.first[name])
             if (name, *unknown) not in self.hidden:
                 self._add((name, *unknown))
 
@@ -354,10 +356,10 @@ class Slices:
         if back and at:
             self.evicted.append((self.dimensions[at - 1].name, back, -1))
 
-    def saw(self, index: int, time: float, watermark: float) -> None:
-        """A query of slice ``index`` at event ``time`` found its slice without ``locate``:
-        the first event times of its class and values may be earlier than the sets knew.
-        Every second of watermark, whether the sets are all settled (``final``)."""
+    def saw(self, index: int, time: float) -> None:
+        """A query of slice ``index`` at event ``time``, earlier than ``latest_first``, found
+        its slice without ``locate``: the first event times of its class and values may be
+        earlier than the sets knew."""
         name = self.names[index]
         classes = self.classes
         if not classes.settled:
@@ -367,16 +369,6 @@ class Slices:
                 first = dimension.first.get(value)
                 if first is not None and time < first:
                     dimension.first[value] = time
-        if watermark >= self._check_at:
-            self._check_at = watermark + 1.0
-            if not classes.settled:
-                classes._newest_open(watermark)
-            for dimension in self.dimensions:
-                if not dimension.settled:
-                    dimension.newest_open(watermark)
-            self.final = (classes.settled or classes.fixed) and all(
-                d.settled or d.fixed for d in self.dimensions
-            )
 
     def _rename(self, i: int, new: Slice) -> None:
         """Slice ``i`` takes the label values ``new``; the index of its old values moves to
@@ -525,4 +517,8 @@ class Slices:
         unknown = tuple(UNKNOWN for _ in slices.dimensions)
         require(all((name, *unknown) in slices.index for name in classes.index),
                 "slices: a class without its slice")
+        slices.latest_first = max(
+            [*classes.first.values(), *(t for d in slices.dimensions for t in d.first.values())],
+            default=float("-inf"),
+        )
         return slices
