@@ -7,6 +7,7 @@ the state at scrape time. Nothing here does I/O or reads the clock.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -244,7 +245,7 @@ class Pipeline:
         self._query_ids: dict[str, int] = {}
         """Recent query ids: a hash of their session and text (``QUERY_IDS_KEPT``, oldest
         out; only the hash, so that the memory keeps no text alive)."""
-        self._searches: dict[str, _Search] = {}
+        self._searches: OrderedDict[str, _Search] = OrderedDict()
         """Recent UBI searches (``SEARCHES_KEPT``, oldest out), for the records of a search
         that come after its first: in memory only, like ``_query_ids``."""
         self._wire()
@@ -448,7 +449,7 @@ class Pipeline:
         """Remember a UBI search counted, for the records of it still to come."""
         searches = self._searches
         if len(searches) >= SEARCHES_KEPT:
-            del searches[next(iter(searches))]
+            searches.popitem(last=False)  # (a dict emptied from its front slows down)
         searches[event.query_id] = _Search(
             klass, accepted[0], event.session_id, event.query_text, accepted[6] == ZERO,
             set(event.result_ids) if event.results_known else None,
