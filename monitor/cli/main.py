@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import mmap
 import os
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -543,6 +541,9 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import logging
+    import socket
+
     from monitor.cli.demo import run_demo  # the broker and kafka-python load only for the demo
     from monitor.config import HttpConfig
 
@@ -598,9 +599,6 @@ def _read(path: Path) -> tuple[Data, bool]:
     """The contents of ``path``, and whether they are a memory map of it: a regular file is
     mapped (its pages are the page cache's, nothing is copied), anything else is read; a
     gzip-compressed file (recognised by its first bytes, as ``replay`` does) is decompressed."""
-    import gzip
-    import zlib
-
     try:
         with path.open("rb") as file:
             if path.is_file() and os.fstat(file.fileno()).st_size:
@@ -613,6 +611,9 @@ def _read(path: Path) -> tuple[Data, bool]:
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
     if data[:2] == b"\x1f\x8b":
+        import gzip
+        import zlib
+
         try:
             return gzip.decompress(data), False
         except (OSError, EOFError, zlib.error) as error:

@@ -80,7 +80,7 @@ def _rank(
         keep = np.arange(len(order)) - first < max_docs
         order, ranked_query = order[keep], ranked_query[keep]
     counts = np.bincount(ranked_query, minlength=len(evaluated))
-    judgment = _judgments(qrels, judged_query, run, order, ranked_query, len(evaluated))
+    judgment = _judgments(qrels, run, order)
     # the judgment -1 (none) picks the label appended last
     labels = np.append(np.maximum(qrels.labels, UNJUDGED), UNJUDGED)[judgment]
     judged, judged_counts = _judged_labels(judged_query, qrels.labels, len(evaluated))
@@ -133,34 +133,28 @@ def _stable_order(keys: IntArray) -> IntArray:
     return packed & ((1 << shift) - 1)
 
 
-def _judgments(
-    qrels: Qrels,
-    judged_query: IntArray,
-    run: Run,
-    order: IntArray,
-    ranked_query: IntArray,
-    queries: int,
-) -> IntArray:
+def _judgments(qrels: Qrels, run: Run, order: IntArray) -> IntArray:
     """The qrels row that judges each run row of ``order``, -1 where none does.
 
-    Pairs are matched on keys of the evaluated query and a hash of the document id, then the
-    ids are compared; should two ids of a query ever share their hash, the exact match by
-    sorted vocabularies decides.
+    Each judgment's key (its query's code in the run and a hash of the document id) is
+    looked up among the run's sorted keys (``Run.sorted_pairs``, which the parse's check for
+    repeated pairs made): the judgments come grouped by query, so the search reads memory
+    nearly in order. The ids of each match are then compared; should two ids of a query
+    ever share their hash, the exact match by sorted vocabularies decides.
     """
-    judgment = np.full(len(order), -1, dtype=np.int64)
-    rows = np.flatnonzero(judged_query >= 0)
-    if not len(rows) or not len(order):
-        return judgment
-    qrels_keys = pair_keys(judged_query[rows], qrels.docs, queries, rows)
-    by_key = np.argsort(qrels_keys)
-    keys = qrels_keys[by_key]
-    # the run's keys come grouped by query, so the search reads memory nearly in order
-    needles = pair_keys(ranked_query, run.docs, queries, order)
+    judgment = np.full(len(run), -1, dtype=np.int64)
+    if not len(order) or not len(qrels):
+        return judgment[order]
+    keys, lines = run.sorted_pairs
+    query = qrels.qids.codes_in(run.qids)[qrels.qids.codes]  # -1: not a query of the run
+    rows = np.flatnonzero(query >= 0)
+    needles = pair_keys(query[rows], qrels.docs, len(run.qids.vocab), rows)
     where = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
     found = np.flatnonzero(keys[where] == needles)
-    judgment[found] = rows[by_key[where[found]]]
-    if bool((qrels.docs.values[judgment[found]] == run.docs.values[order[found]]).all()):
-        return judgment
+    judged, judging = lines[where[found]], rows[found]
+    judgment[judged] = judging
+    if bool((qrels.docs.values[judging] == run.docs.values[judged]).all()):
+        return judgment[order]
     return _judgments_by_vocabulary(qrels, run)[order]
 
 
