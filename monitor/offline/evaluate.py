@@ -122,9 +122,24 @@ def _rank_order(query: IntArray, run: Run) -> IntArray:
 
 
 def _stable_order(keys: IntArray) -> IntArray:
-    """The stable argsort of non-negative ``keys``: one sort of keys packed with positions."""
+    """The stable argsort of non-negative ``keys``.
+
+    Files list a query's lines together: when each key makes one run of equal neighbours,
+    the runs are ordered and moved whole. Otherwise, one sort of keys packed with positions.
+    """
     if not len(keys):
         return np.zeros(0, dtype=np.int64)
+    head = np.empty(len(keys), dtype=np.bool_)
+    head[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    by_run = np.argsort(keys[starts], kind="stable")
+    ordered = keys[starts[by_run]]
+    if bool((ordered[1:] != ordered[:-1]).all()):
+        lengths = np.diff(starts, append=len(keys))[by_run]
+        # the i-th row out is row i of the output's run, shifted to where that run starts
+        shifts = starts[by_run] - (np.cumsum(lengths) - lengths)
+        return np.repeat(shifts, lengths) + np.arange(len(keys), dtype=np.int64)
     shift = len(keys).bit_length()
     if int(keys.max()).bit_length() + shift > 63:
         return np.argsort(keys, kind="stable").astype(np.int64)
@@ -138,9 +153,10 @@ def _judgments(qrels: Qrels, run: Run, order: IntArray) -> IntArray:
 
     Each judgment's key (its query's code in the run and a hash of the document id) is
     looked up among the run's sorted keys (``Run.sorted_pairs``, which the parse's check for
-    repeated pairs made): the judgments come grouped by query, so the search reads memory
-    nearly in order. The ids of each match are then compared; should two ids of a query
-    ever share their hash, the exact match by sorted vocabularies decides.
+    repeated pairs made). The judgments' keys are sorted first: a search for ascending keys
+    reads memory nearly in order, and costs less than the sort. The ids of each match are
+    then compared; should two ids of a query ever share their hash, the exact match by
+    sorted vocabularies decides.
     """
     judgment = np.full(len(run), -1, dtype=np.int64)
     if not len(order) or not len(qrels):
@@ -149,9 +165,11 @@ def _judgments(qrels: Qrels, run: Run, order: IntArray) -> IntArray:
     query = qrels.qids.codes_in(run.qids)[qrels.qids.codes]  # -1: not a query of the run
     rows = np.flatnonzero(query >= 0)
     needles = pair_keys(query[rows], qrels.docs, len(run.qids.vocab), rows)
+    by_needle = np.argsort(needles)
+    needles = needles[by_needle]
     where = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
     found = np.flatnonzero(keys[where] == needles)
-    judged, judging = lines[where[found]], rows[found]
+    judged, judging = lines[where[found]], rows[by_needle[found]]
     judgment[judged] = judging
     if bool((qrels.docs.values[judging] == run.docs.values[judged]).all()):
         return judgment[order]

@@ -97,24 +97,40 @@ def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     if spec.pairs:
         return gain_ndcg(lists, spec)
     top = lists.within(spec.cutoff)
-    scale = None
-    if spec.gain == "exp" and spec.ideal == "judged":
-        scale = lists.max_judged
-    elif spec.gain == "exp":
+    if spec.gain == "exp" and spec.ideal == "retrieved":  # scaled by the top k's largest label
         kept = lists.labels if top is None else np.where(top, lists.labels, 0)
         scale = _segment_max(lists.segment, kept, lists.size)
-    gains = _gain(lists.labels, lists.segment, scale)
-    dcg = lists.sum_ranked(gains / np.log2(lists.position + 2.0), top)
+        gains = _gain(lists.labels, lists.segment, scale)
+        discounted = gains / np.log2(lists.position + 2.0)
+    else:  # the same at every cutoff: worked out once
+        gains, discounted = lists.shared(("ndcg gains", spec.gain),
+                                         lambda: _discounted_gains(lists, spec.gain))
+    dcg = lists.sum_ranked(discounted, top)
     if spec.ideal == "retrieved":
         ideal = _retrieved_ideal_dcg(lists, gains, top)
     else:
-        ideal_gains = _gain(lists.judged, lists.judged_segment, scale)
+        ideal_discounted = lists.shared(("ndcg ideal gains", spec.gain),
+                                        lambda: _discounted_ideal_gains(lists, spec.gain))
         if spec.cutoff is not None:
             keep = lists.judged_position < spec.cutoff
-            ideal_gains = np.where(keep, ideal_gains, 0.0)
-        discounted = ideal_gains / np.log2(lists.judged_position + 2.0)
-        ideal = segment_sums(lists.judged_segment, discounted, lists.size)
+            ideal_discounted = np.where(keep, ideal_discounted, 0.0)
+        ideal = segment_sums(lists.judged_segment, ideal_discounted, lists.size)
     return safe_divide(dcg, ideal)
+
+
+def _discounted_gains(lists: RankedLists, gain: str) -> tuple[FloatArray, FloatArray]:
+    """Each ranked document's gain (exponential ones scaled by the query's largest judged
+    label) and that gain / log2(rank + 1)."""
+    gains = _gain(lists.labels, lists.segment, lists.max_judged if gain == "exp" else None)
+    return gains, gains / np.log2(lists.position + 2.0)
+
+
+def _discounted_ideal_gains(lists: RankedLists, gain: str) -> FloatArray:
+    """The gain / log2(rank + 1) of each judged label in its query's ideal order."""
+    scale = lists.max_judged if gain == "exp" else None
+    ideal_gains = _gain(lists.judged, lists.judged_segment, scale)
+    discounted: FloatArray = ideal_gains / np.log2(lists.judged_position + 2.0)
+    return discounted
 
 
 def r_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -369,7 +385,10 @@ def _power_table(p: float, n: int) -> FloatArray:
 
 
 def _powers(p: float, lists: RankedLists) -> FloatArray:
-    return _power_table(p, int(lists.num_ret.max(initial=0)))[lists.position]
+    """p^(rank - 1) of each ranked document (rbp and rbp_resid read the same)."""
+    return lists.shared(
+        ("powers", p), lambda: _power_table(p, int(lists.num_ret.max(initial=0)))[lists.position]
+    )
 
 
 def _level(spec: MeasureSpec) -> float:
@@ -380,13 +399,8 @@ def _level(spec: MeasureSpec) -> float:
 
 def _interpolated(lists: RankedLists, spec: MeasureSpec, levels: list[float]) -> list[FloatArray]:
     rel = spec.relevance
-    hits = lists.relevant(rel)
-    at = np.flatnonzero(hits)
-    segment = lists.segment[at]
-    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
-    best_below = _segment_suffix_max(segment, precision, lists.size)
-    first = np.searchsorted(segment, np.arange(lists.size))
-    found = np.bincount(segment, minlength=lists.size)
+    best_below, first, found = lists.shared(("interpolated", rel),
+                                            lambda: _best_precision_below(lists, rel))
     out = []
     for level in levels:
         wanted = level * lists.num_rel(rel)
@@ -398,6 +412,19 @@ def _interpolated(lists: RankedLists, spec: MeasureSpec, levels: list[float]) ->
         values = best_below[index] if len(best_below) else np.zeros(lists.size)
         out.append(np.where(reached, values, 0.0))
     return out
+
+
+def _best_precision_below(lists: RankedLists, rel: int) -> tuple[FloatArray, IntArray, IntArray]:
+    """For each relevant document retrieved (in rank order), the best precision at its rank
+    or below it; the index of each query's first one; their number per query. Every recall
+    level of every iprec_at_recall and 11pt_avg reads them."""
+    at = np.flatnonzero(lists.relevant(rel))
+    segment = lists.segment[at]
+    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
+    best_below = _segment_suffix_max(segment, precision, lists.size)
+    first = np.searchsorted(segment, np.arange(lists.size))
+    found = np.bincount(segment, minlength=lists.size)
+    return best_below, first, found
 
 
 def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> FloatArray:
@@ -416,9 +443,17 @@ def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> Flo
 def _gain_table(lists: RankedLists, spec: MeasureSpec) -> dict[int, float]:
     """Gain per label (trec_eval's setup_gains): the label itself, unless a ``level=gain``
     pair sets it."""
-    gains = {int(level): float(level) for level in np.unique(lists.judged).tolist()}
+    levels = lists.shared(("judged levels",), lambda: _distinct(lists.judged))
+    gains = {level: float(level) for level in levels}
     gains.update(_gain_pairs(spec))
     return gains
+
+
+def _distinct(labels: IntArray) -> list[int]:
+    """The distinct labels (>= 0), ascending; counted by value when they are small."""
+    if len(labels) and int(labels.max()) < 4 * len(labels) + 1024:
+        return np.flatnonzero(np.bincount(labels)).tolist()
+    return [int(level) for level in np.unique(labels).tolist()]
 
 
 def _gain_pairs(spec: MeasureSpec) -> dict[int, float]:
@@ -477,14 +512,32 @@ class GainRows:
 
 def gain_rows(lists: RankedLists, spec: MeasureSpec) -> GainRows:
     """Gains per label as trec_eval's setup_gains gives them (the label, or ``level=gain``
-    pairs; 0 for unjudged documents), laid out in ``GainRows``."""
+    pairs; 0 for unjudged documents), laid out in ``GainRows``; made once per set of pairs
+    for the measures that read them."""
+    pairs = tuple(sorted(_gain_pairs(spec).items()))
+    return lists.shared(("gain rows", pairs), lambda: _gain_rows(lists, spec))
+
+
+def _running_dcg(lists: RankedLists, spec: MeasureSpec) -> tuple[FloatArray, FloatArray]:
+    """Each query's DCG and ideal DCG down to each rank (running sums along ``gain_rows``)."""
+    def make() -> tuple[FloatArray, FloatArray]:
+        rows = gain_rows(lists, spec)
+        return (np.cumsum(rows.results / rows.discount, axis=1),
+                np.cumsum(rows.ideal / rows.discount, axis=1))
+
+    return lists.shared(("running dcg", tuple(sorted(_gain_pairs(spec).items()))), make)
+
+
+def _gain_rows(lists: RankedLists, spec: MeasureSpec) -> GainRows:
     table = _gain_table(lists, spec)
     ideal = _gains(lists.judged, table)
     positive = ideal > 0
     segment = lists.judged_segment[positive]
     ideal = ideal[positive]
-    order = np.lexsort((-ideal, segment))
-    ideal, segment = ideal[order], segment[order]
+    # the labels come largest first in each query: so do their gains unless pairs set them
+    if bool(((segment[1:] == segment[:-1]) & (ideal[1:] > ideal[:-1])).any()):
+        order = np.lexsort((-ideal, segment))
+        ideal, segment = ideal[order], segment[order]
     num_ideal = np.bincount(segment, minlength=lists.size).astype(np.int64)
     width = int(max(lists.num_ret.max(initial=0), num_ideal.max(initial=0))) + 1
     results = np.zeros((lists.size, width))
@@ -502,16 +555,13 @@ def _last(rows: FloatArray) -> FloatArray:
 def gain_ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """nDCG with gains set per label (trec_eval ``ndcg.1=3,2=9``): DCG / ideal DCG, the
     ideal ranking of the positive gains only; 0 when the ideal DCG is 0."""
-    rows = gain_rows(lists, spec)
-    dcg = _last(np.cumsum(rows.results / rows.discount, axis=1))
-    ideal = _last(np.cumsum(rows.ideal / rows.discount, axis=1))
-    return safe_divide(dcg, ideal)
+    dcg_at, ideal_at = _running_dcg(lists, spec)
+    return safe_divide(_last(dcg_at), _last(ideal_at))
 
 
 def dcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """DCG = sum_i gain(label_i) / log2(i + 1), gains as for ``ndcg`` (trec_eval dcg)."""
-    rows = gain_rows(lists, spec)
-    return _last(np.cumsum(rows.results / rows.discount, axis=1))
+    return _last(_running_dcg(lists, spec)[0])
 
 
 def ndcg_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -519,8 +569,7 @@ def ndcg_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     each one retrieved, nDCG there; for each one not retrieved, nDCG at the end of the
     ranking; divided by their number. 0 when that is 0."""
     rows = gain_rows(lists, spec)
-    dcg_at = np.cumsum(rows.results / rows.discount, axis=1)
-    ideal_at = np.cumsum(rows.ideal / rows.discount, axis=1)
+    dcg_at, ideal_at = _running_dcg(lists, spec)
     found = rows.results > 0
     ratio = np.divide(dcg_at, ideal_at, out=np.zeros_like(dcg_at), where=found)
     at_end = safe_divide(_last(dcg_at), _last(ideal_at))
@@ -534,8 +583,7 @@ def r_ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     of each gain level, the last at the number of positive gains), then at the end of the
     ranking if it reaches two ranks past that, as trec_eval computes it; 0 when R = 0."""
     rows = gain_rows(lists, spec)
-    dcg_at = np.cumsum(rows.results / rows.discount, axis=1)
-    ideal_at = np.cumsum(rows.ideal / rows.discount, axis=1)
+    dcg_at, ideal_at = _running_dcg(lists, spec)
     size, width = rows.results.shape
     j = np.arange(1, width)
     # a boundary after the top j: the ideal gain at rank j + 1 differs from rank j's

@@ -6,9 +6,10 @@ A single judged query is a batch of one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ BoolArray = npt.NDArray[np.bool_]
 
 UNJUDGED = -1
 """Label of a ranked document without a judgment (absent from the qrels, or labelled -1)."""
+
+
+Shared = TypeVar("Shared")
 
 
 class DuplicateDocumentError(ValueError):
@@ -41,9 +45,7 @@ class RankedLists:
     judged: IntArray
     judged_offsets: IntArray
     in_qrels: BoolArray
-    _by_rel: dict[tuple[str, int], npt.NDArray[np.generic]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _shared: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_lists(
@@ -111,19 +113,24 @@ class RankedLists:
         """Number of ranked documents per query."""
         return np.diff(self.offsets)
 
+    def shared(self, key: Hashable, make: Callable[[], Shared]) -> Shared:
+        """``make()``, worked out once for these lists and ``key``: what several measures
+        (or one measure at several cutoffs or levels) compute alike. ``key`` names the
+        function and every argument it depends on."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        value: Shared = self._shared[key]
+        return value
+
     def relevant(self, rel: int) -> BoolArray:
         """Whether each ranked document is relevant (judged with a label >= rel)."""
-        key = ("relevant", rel)
-        if key not in self._by_rel:
-            self._by_rel[key] = self.labels >= rel
-        return self._by_rel[key]  # type: ignore[return-value]
+        return self.shared(("relevant", rel), lambda: self.labels >= rel)
 
     def num_rel(self, rel: int) -> IntArray:
         """R: judged documents with a label >= rel, per query."""
-        key = ("num_rel", rel)
-        if key not in self._by_rel:
-            self._by_rel[key] = self.count(self.judged_segment, self.judged >= rel)
-        return self._by_rel[key]  # type: ignore[return-value]
+        return self.shared(
+            ("num_rel", rel), lambda: self.count(self.judged_segment, self.judged >= rel)
+        )
 
     def num_nonrel(self, rel: int) -> IntArray:
         """Judged documents with a label below rel, per query."""
