@@ -209,7 +209,11 @@ def _judged_labels(
         return kept[np.lexsort((-kept, query))], counts
     # query and (top - label) packed in one integer: a single sort orders both
     packed = (query << shift) | (top - kept)
-    packed.sort()
+    if (size << shift) <= 4 * len(packed) + 1024:  # few labels: count each pair instead
+        pairs = np.arange(size << shift, dtype=np.int64)
+        packed = np.repeat(pairs, np.bincount(packed, minlength=len(pairs)))
+    else:
+        packed.sort()
     return top - (packed & ((1 << shift) - 1)), counts
 
 
