@@ -35,13 +35,13 @@ def precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     Fewer than k retrieved still divides by k (trec_eval P_k).
     """
     k = _cutoff(spec)
-    return lists.count_ranked(lists.relevant(spec.relevance), k) / k
+    return lists.relevant_in_top(spec.relevance, k) / k
 
 
 def recall(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """R@k = |relevant in top k| / R; 0 when R = 0 (trec_eval recall_k)."""
     rel = spec.relevance
-    return safe_divide(lists.count_ranked(lists.relevant(rel), spec.cutoff), lists.num_rel(rel))
+    return safe_divide(lists.relevant_in_top(rel, spec.cutoff), lists.num_rel(rel))
 
 
 def f1(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -136,8 +136,7 @@ def _discounted_ideal_gains(lists: RankedLists, gain: str) -> FloatArray:
 def r_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Rprec = |relevant in top R| / R; 0 when R = 0."""
     num_rel = lists.num_rel(spec.relevance)
-    top_r = lists.position < num_rel[lists.segment]
-    return safe_divide(lists.count_ranked(lists.relevant(spec.relevance) & top_r, None), num_rel)
+    return safe_divide(lists.relevant_in_top(spec.relevance, num_rel), num_rel)
 
 
 def bpref(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -161,7 +160,7 @@ def bpref(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
 
 def success(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Success@k = 1 if a relevant document is in the top k, else 0 (trec_eval success_k)."""
-    found = lists.count_ranked(lists.relevant(spec.relevance), spec.cutoff)
+    found = lists.relevant_in_top(spec.relevance, spec.cutoff)
     return (found > 0).astype(np.float64)
 
 
@@ -215,7 +214,7 @@ def num_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
 
 def num_rel_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Relevant documents retrieved; the summary is the sum (trec_eval num_rel_ret)."""
-    return _counts(lists.count_ranked(lists.relevant(spec.relevance), None))
+    return _counts(lists.relevant_in_top(spec.relevance, None))
 
 
 def num_nonrel_judged_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -245,8 +244,7 @@ def r_precision_multiple(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Rprec_mult_x = P@c with c = (long)(x R + 0.9), trec_eval's rounding; 0 when c = 0."""
     rel = spec.relevance
     cutoff = np.floor(_level(spec) * lists.num_rel(rel) + 0.9)
-    top = lists.position < cutoff[lists.segment]
-    return safe_divide(lists.count(lists.segment, lists.relevant(rel) & top), cutoff)
+    return safe_divide(lists.relevant_in_top(rel, cutoff.astype(np.int64)), cutoff)
 
 
 def relative_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -254,7 +252,7 @@ def relative_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     0 when R = 0."""
     k = _cutoff(spec)
     rel = spec.relevance
-    found = lists.count_ranked(lists.relevant(rel), k)
+    found = lists.relevant_in_top(rel, k)
     return safe_divide(found, np.minimum(lists.num_rel(rel), k))
 
 
