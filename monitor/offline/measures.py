@@ -96,41 +96,38 @@ def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """
     if spec.pairs:
         return gain_ndcg(lists, spec)
-    top = lists.within(spec.cutoff)
     if spec.gain == "exp" and spec.ideal == "retrieved":  # scaled by the top k's largest label
+        top = lists.within(spec.cutoff)
         kept = lists.labels if top is None else np.where(top, lists.labels, 0)
         scale = _segment_max(lists.segment, kept, lists.size)
         gains = _gain(lists.labels, lists.segment, scale)
-        discounted = gains / np.log2(lists.position + 2.0)
-    else:  # the same at every cutoff: worked out once
-        gains, discounted = lists.shared(("ndcg gains", spec.gain),
-                                         lambda: _discounted_gains(lists, spec.gain))
-    dcg = lists.sum_ranked(discounted, top)
+        dcg = lists.sum_ranked(gains / np.log2(lists.position + 2.0), top)
+        return safe_divide(dcg, _retrieved_ideal_dcg(lists, gains, top))
+    # the gains are the same at every cutoff: worked out once
+    largest = lists.max_judged if spec.gain == "exp" else None
+    gains = lists.shared(("ndcg gains", spec.gain),
+                         lambda: _gain(lists.labels, lists.segment, largest))
+    dcg = _discounted_sum(lists, lists.segment, lists.position, gains,
+                          lists.first_rows(spec.cutoff))
     if spec.ideal == "retrieved":
-        ideal = _retrieved_ideal_dcg(lists, gains, top)
+        ideal = _retrieved_ideal_dcg(lists, gains, lists.within(spec.cutoff))
     else:
-        ideal_discounted = lists.shared(("ndcg ideal gains", spec.gain),
-                                        lambda: _discounted_ideal_gains(lists, spec.gain))
-        if spec.cutoff is not None:
-            keep = lists.judged_position < spec.cutoff
-            ideal_discounted = np.where(keep, ideal_discounted, 0.0)
-        ideal = segment_sums(lists.judged_segment, ideal_discounted, lists.size)
+        ideal_gains = lists.shared(("ndcg ideal gains", spec.gain),
+                                   lambda: _gain(lists.judged, lists.judged_segment, largest))
+        ideal = _discounted_sum(lists, lists.judged_segment, lists.judged_position, ideal_gains,
+                                lists.first_judged_rows(spec.cutoff))
     return safe_divide(dcg, ideal)
 
 
-def _discounted_gains(lists: RankedLists, gain: str) -> tuple[FloatArray, FloatArray]:
-    """Each ranked document's gain (exponential ones scaled by the query's largest judged
-    label) and that gain / log2(rank + 1)."""
-    gains = _gain(lists.labels, lists.segment, lists.max_judged if gain == "exp" else None)
-    return gains, gains / np.log2(lists.position + 2.0)
-
-
-def _discounted_ideal_gains(lists: RankedLists, gain: str) -> FloatArray:
-    """The gain / log2(rank + 1) of each judged label in its query's ideal order."""
-    scale = lists.max_judged if gain == "exp" else None
-    ideal_gains = _gain(lists.judged, lists.judged_segment, scale)
-    discounted: FloatArray = ideal_gains / np.log2(lists.judged_position + 2.0)
-    return discounted
+def _discounted_sum(
+    lists: RankedLists, segment: IntArray, position: IntArray, gains: FloatArray,
+    rows: IntArray | None,
+) -> FloatArray:
+    """Per query, the sum of gain / log2(rank + 1) over ``rows`` (None: all), added in
+    rank order."""
+    if rows is not None:
+        segment, position, gains = segment[rows], position[rows], gains[rows]
+    return segment_sums(segment, gains / lists.log2_ranks[position], lists.size)
 
 
 def r_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:

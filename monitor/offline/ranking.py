@@ -122,6 +122,24 @@ class RankedLists:
         value: Shared = self._shared[key]
         return value
 
+    @cached_property
+    def log2_ranks(self) -> FloatArray:
+        """log2(rank + 1) for each 1-based rank of the longest ranking or ideal ranking
+        (``log2_ranks[position]``: the discount of DCG)."""
+        longest = max(int(self.num_ret.max(initial=0)),
+                      int(np.diff(self.judged_offsets).max(initial=0)))
+        return np.log2(np.arange(longest, dtype=np.float64) + 2.0)
+
+    def first_rows(self, cutoff: int | None) -> IntArray | None:
+        """The ranked documents in each query's top ``cutoff``, in order; None when that is
+        every one of them."""
+        return _first_rows(self.offsets, cutoff)
+
+    def first_judged_rows(self, cutoff: int | None) -> IntArray | None:
+        """The judged labels among the first ``cutoff`` of each query's ideal order; None
+        when that is every one of them."""
+        return _first_rows(self.judged_offsets, cutoff)
+
     def relevant(self, rel: int) -> BoolArray:
         """Whether each ranked document is relevant (judged with a label >= rel)."""
         return self.shared(("relevant", rel), lambda: self.labels >= rel)
@@ -195,6 +213,18 @@ class RankedLists:
             lead = np.concatenate(([True], seg[1:] != seg[:-1]))
             first[seg[lead]] = self.position[hits[lead]]
         return first
+
+
+def _first_rows(offsets: IntArray, cutoff: int | None) -> IntArray | None:
+    """The entries of each segment (``offsets``) below position ``cutoff``, in order; None
+    when no segment is longer."""
+    lengths = np.diff(offsets)
+    if cutoff is None or cutoff >= int(lengths.max(initial=0)):
+        return None
+    kept = np.minimum(lengths, cutoff)
+    # the i-th row out is row i of the output's segment, shifted to where that segment starts
+    shifts = offsets[:-1] - (np.cumsum(kept) - kept)
+    return np.repeat(shifts, kept) + np.arange(int(kept.sum()), dtype=np.int64)
 
 
 def _count_before(running: IntArray, index: IntArray) -> IntArray:
