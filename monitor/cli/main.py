@@ -19,27 +19,17 @@ from monitor.cli.common import (
     setup_logging,
     wait_for_signal,
 )
-from monitor.offline.evaluate import evaluate
-from monitor.offline.report import (
-    Named,
-    format_json,
-    format_text,
-    skipped_note,
-    summary_name_note,
-)
-from monitor.offline.spec import (
-    INT64_MAX,
-    INT64_MIN,
-    MeasureNameError,
-    parse_requested,
-)
-from monitor.offline.trec import Data, Qrels, Run, TrecFormatError, parse_qrels, parse_run
+from monitor.offline.spec import INT64_MAX, INT64_MIN  # no numpy: loads for the arguments
 
 if TYPE_CHECKING:
-    pass
+    from monitor.offline.report import Named
+    from monitor.offline.trec import Data, Qrels, Run
+
+    ParsedFile = TypeVar("ParsedFile", Qrels, Run)
 
 # Each command imports what it needs when it runs: `searchmon eval` is a short-lived process
-# whose start-up time counts, and it needs neither pydantic nor prometheus_client.
+# whose start-up time counts, and it needs neither pydantic nor prometheus_client. numpy
+# loads with the command that uses it (see _one_blas_thread).
 
 
 DEFAULT_EVAL_MEASURES = ("P@5", "P@10", "R@100", "AP", "nDCG", "nDCG@10", "RR", "Rprec", "bpref")
@@ -65,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (``_exit_now``) instead of returning.
     """
     arguments = sys.argv[1:] if argv is None else list(argv)
+    if argv is None and arguments[:1] == ["eval"]:
+        _one_blas_thread()
     parser = _parser(eval_only=arguments[:1] == ["eval"])
     args = parser.parse_args(arguments)
     try:
@@ -80,6 +72,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and arguments[:1] == ["eval"]:
         _exit_now(code)
     return code
+
+
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def _one_blas_thread() -> None:
+    """Have numpy's OpenBLAS, when it loads, start no thread besides the process's own.
+
+    By default OpenBLAS starts one thread per core as numpy is imported: 50 ms of CPU, an
+    eighth of bench/eval_bench.py's whole ``searchmon eval``, which computes no matrix
+    product (the paired test of RUN_B computes small ones). Only for ``searchmon eval`` run
+    as the process, and only when none of OpenBLAS's thread settings is given.
+    """
+    if not any(name in os.environ for name in _BLAS_THREADS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def _reader_gone() -> None:
@@ -417,6 +424,11 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from monitor.offline.evaluate import evaluate
+    from monitor.offline.report import format_json, format_text, skipped_note, summary_name_note
+    from monitor.offline.spec import MeasureNameError, parse_requested
+    from monitor.offline.trec import parse_qrels, parse_run
+
     _keep_freed_memory()
     try:  # in trec_eval's order where asked by trec_eval's names
         asked = parse_requested(args.measures or DEFAULT_EVAL_MEASURES)
@@ -502,10 +514,9 @@ def _relevance_level(text: str) -> int:
     return level
 
 
-ParsedFile = TypeVar("ParsedFile", Qrels, Run)
-
-
 def _parse_file(parse: Callable[..., ParsedFile], path: Path) -> ParsedFile:
+    from monitor.offline.trec import TrecFormatError
+
     data, mapped = _read(path)
     try:
         return parse(data, str(path), path=str(path) if mapped else None)
