@@ -4,8 +4,6 @@ logging as the arguments say, waiting for a signal."""
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +54,9 @@ def setup_logging(args: argparse.Namespace, default: Level, config: Config | Non
 
 
 def wait_for_signal() -> None:
+    import signal
+    import threading
+
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

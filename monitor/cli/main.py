@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import mmap
 import os
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,27 +19,17 @@ from monitor.cli.common import (
     setup_logging,
     wait_for_signal,
 )
-from monitor.offline.evaluate import evaluate
-from monitor.offline.report import (
-    Named,
-    format_json,
-    format_text,
-    skipped_note,
-    summary_name_note,
-)
-from monitor.offline.spec import (
-    INT64_MAX,
-    INT64_MIN,
-    MeasureNameError,
-    parse_requested,
-)
-from monitor.offline.trec import Data, Qrels, Run, TrecFormatError, parse_qrels, parse_run
+from monitor.offline.spec import INT64_MAX, INT64_MIN  # no numpy: loads for the arguments
 
 if TYPE_CHECKING:
-    pass
+    from monitor.offline.report import Named
+    from monitor.offline.trec import Data, Qrels, Run
+
+    ParsedFile = TypeVar("ParsedFile", Qrels, Run)
 
 # Each command imports what it needs when it runs: `searchmon eval` is a short-lived process
-# whose start-up time counts, and it needs neither pydantic nor prometheus_client.
+# whose start-up time counts, and it needs neither pydantic nor prometheus_client. numpy
+# loads with the command that uses it (see _one_blas_thread).
 
 
 DEFAULT_EVAL_MEASURES = ("P@5", "P@10", "R@100", "AP", "nDCG", "nDCG@10", "RR", "Rprec", "bpref")
@@ -61,20 +49,68 @@ def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``searchmon`` with ``argv`` (default: the process arguments); returns the exit code."""
+    """Run ``searchmon`` with ``argv`` (default: the process arguments); returns the exit code.
+
+    ``searchmon eval`` run as the process (``argv`` None) ends the process when it is done
+    (``_exit_now``) instead of returning.
+    """
     arguments = sys.argv[1:] if argv is None else list(argv)
+    if argv is None and arguments[:1] == ["eval"]:
+        _one_blas_thread()
     parser = _parser(eval_only=arguments[:1] == ["eval"])
     args = parser.parse_args(arguments)
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
     except UsageError as error:
         print(f"searchmon: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        code = EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_FAILURE
-    except BrokenPipeError:  # the reader went away (| head): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:
+        _reader_gone()
         return EXIT_OK
+    if argv is None and arguments[:1] == ["eval"]:
+        _exit_now(code)
+    return code
+
+
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def _one_blas_thread() -> None:
+    """Have numpy's OpenBLAS, when it loads, start no thread besides the process's own.
+
+    By default OpenBLAS starts one thread per core as numpy is imported: 50 ms of CPU, an
+    eighth of bench/eval_bench.py's whole ``searchmon eval``, which computes no matrix
+    product (the paired test of RUN_B computes small ones). Only for ``searchmon eval`` run
+    as the process, and only when none of OpenBLAS's thread settings is given.
+    """
+    if not any(name in os.environ for name in _BLAS_THREADS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
+def _reader_gone() -> None:
+    """The reader of standard output went away (``| head``): not an error of ours; what is
+    left to write goes nowhere."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _exit_now(code: int) -> None:
+    """Flush the output and end the process at once, without the interpreter's teardown.
+
+    An evaluation is a short-lived process: once its output is written, tearing down the
+    interpreter (every module's objects, and a heap of arrays freed one by one) takes
+    30 ms or more of bench/eval_bench.py's 0.4 s, for memory the system takes back with the
+    process anyway. It holds no other resource: its files are read-only maps, and the SVG
+    of --plot is written and closed before.
+    """
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
+        code = EXIT_OK
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class _Version(argparse.Action):
@@ -388,6 +424,11 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from monitor.offline.evaluate import evaluate
+    from monitor.offline.report import format_json, format_text, skipped_note, summary_name_note
+    from monitor.offline.spec import MeasureNameError, parse_requested
+    from monitor.offline.trec import parse_qrels, parse_run
+
     _keep_freed_memory()
     try:  # in trec_eval's order where asked by trec_eval's names
         asked = parse_requested(args.measures or DEFAULT_EVAL_MEASURES)
@@ -473,10 +514,9 @@ def _relevance_level(text: str) -> int:
     return level
 
 
-ParsedFile = TypeVar("ParsedFile", Qrels, Run)
-
-
 def _parse_file(parse: Callable[..., ParsedFile], path: Path) -> ParsedFile:
+    from monitor.offline.trec import TrecFormatError
+
     data, mapped = _read(path)
     try:
         return parse(data, str(path), path=str(path) if mapped else None)
@@ -543,6 +583,9 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import logging
+    import socket
+
     from monitor.cli.demo import run_demo  # the broker and kafka-python load only for the demo
     from monitor.config import HttpConfig
 
@@ -598,9 +641,6 @@ def _read(path: Path) -> tuple[Data, bool]:
     """The contents of ``path``, and whether they are a memory map of it: a regular file is
     mapped (its pages are the page cache's, nothing is copied), anything else is read; a
     gzip-compressed file (recognised by its first bytes, as ``replay`` does) is decompressed."""
-    import gzip
-    import zlib
-
     try:
         with path.open("rb") as file:
             if path.is_file() and os.fstat(file.fileno()).st_size:
@@ -613,6 +653,9 @@ def _read(path: Path) -> tuple[Data, bool]:
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
     if data[:2] == b"\x1f\x8b":
+        import gzip
+        import zlib
+
         try:
             return gzip.decompress(data), False
         except (OSError, EOFError, zlib.error) as error:

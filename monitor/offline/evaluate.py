@@ -80,7 +80,7 @@ def _rank(
         keep = np.arange(len(order)) - first < max_docs
         order, ranked_query = order[keep], ranked_query[keep]
     counts = np.bincount(ranked_query, minlength=len(evaluated))
-    judgment = _judgments(qrels, judged_query, run, order, ranked_query, len(evaluated))
+    judgment = _judgments(qrels, run, order)
     # the judgment -1 (none) picks the label appended last
     labels = np.append(np.maximum(qrels.labels, UNJUDGED), UNJUDGED)[judgment]
     judged, judged_counts = _judged_labels(judged_query, qrels.labels, len(evaluated))
@@ -122,9 +122,24 @@ def _rank_order(query: IntArray, run: Run) -> IntArray:
 
 
 def _stable_order(keys: IntArray) -> IntArray:
-    """The stable argsort of non-negative ``keys``: one sort of keys packed with positions."""
+    """The stable argsort of non-negative ``keys``.
+
+    Files list a query's lines together: when each key makes one run of equal neighbours,
+    the runs are ordered and moved whole. Otherwise, one sort of keys packed with positions.
+    """
     if not len(keys):
         return np.zeros(0, dtype=np.int64)
+    head = np.empty(len(keys), dtype=np.bool_)
+    head[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    by_run = np.argsort(keys[starts], kind="stable")
+    ordered = keys[starts[by_run]]
+    if bool((ordered[1:] != ordered[:-1]).all()):
+        lengths = np.diff(starts, append=len(keys))[by_run]
+        # the i-th row out is row i of the output's run, shifted to where that run starts
+        shifts = starts[by_run] - (np.cumsum(lengths) - lengths)
+        return np.repeat(shifts, lengths) + np.arange(len(keys), dtype=np.int64)
     shift = len(keys).bit_length()
     if int(keys.max()).bit_length() + shift > 63:
         return np.argsort(keys, kind="stable").astype(np.int64)
@@ -133,34 +148,31 @@ def _stable_order(keys: IntArray) -> IntArray:
     return packed & ((1 << shift) - 1)
 
 
-def _judgments(
-    qrels: Qrels,
-    judged_query: IntArray,
-    run: Run,
-    order: IntArray,
-    ranked_query: IntArray,
-    queries: int,
-) -> IntArray:
+def _judgments(qrels: Qrels, run: Run, order: IntArray) -> IntArray:
     """The qrels row that judges each run row of ``order``, -1 where none does.
 
-    Pairs are matched on keys of the evaluated query and a hash of the document id, then the
-    ids are compared; should two ids of a query ever share their hash, the exact match by
+    Each judgment's key (its query's code in the run and a hash of the document id) is
+    looked up among the run's sorted keys (``Run.sorted_pairs``, which the parse's check for
+    repeated pairs made). The judgments' keys are sorted first: a search for ascending keys
+    reads memory nearly in order, and costs less than the sort. The ids of each match are
+    then compared; should two ids of a query ever share their hash, the exact match by
     sorted vocabularies decides.
     """
-    judgment = np.full(len(order), -1, dtype=np.int64)
-    rows = np.flatnonzero(judged_query >= 0)
-    if not len(rows) or not len(order):
-        return judgment
-    qrels_keys = pair_keys(judged_query[rows], qrels.docs, queries, rows)
-    by_key = np.argsort(qrels_keys)
-    keys = qrels_keys[by_key]
-    # the run's keys come grouped by query, so the search reads memory nearly in order
-    needles = pair_keys(ranked_query, run.docs, queries, order)
+    judgment = np.full(len(run), -1, dtype=np.int64)
+    if not len(order) or not len(qrels):
+        return judgment[order]
+    keys, lines = run.sorted_pairs
+    query = qrels.qids.codes_in(run.qids)[qrels.qids.codes]  # -1: not a query of the run
+    rows = np.flatnonzero(query >= 0)
+    needles = pair_keys(query[rows], qrels.docs, len(run.qids.vocab), rows)
+    by_needle = np.argsort(needles)
+    needles = needles[by_needle]
     where = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
     found = np.flatnonzero(keys[where] == needles)
-    judgment[found] = rows[by_key[where[found]]]
-    if bool((qrels.docs.values[judgment[found]] == run.docs.values[order[found]]).all()):
-        return judgment
+    judged, judging = lines[where[found]], rows[by_needle[found]]
+    judgment[judged] = judging
+    if bool((qrels.docs.values[judging] == run.docs.values[judged]).all()):
+        return judgment[order]
     return _judgments_by_vocabulary(qrels, run)[order]
 
 
@@ -197,7 +209,11 @@ def _judged_labels(
         return kept[np.lexsort((-kept, query))], counts
     # query and (top - label) packed in one integer: a single sort orders both
     packed = (query << shift) | (top - kept)
-    packed.sort()
+    if (size << shift) <= 4 * len(packed) + 1024:  # few labels: count each pair instead
+        pairs = np.arange(size << shift, dtype=np.int64)
+        packed = np.repeat(pairs, np.bincount(packed, minlength=len(pairs)))
+    else:
+        packed.sort()
     return top - (packed & ((1 << shift) - 1)), counts
 
 

@@ -35,13 +35,13 @@ def precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     Fewer than k retrieved still divides by k (trec_eval P_k).
     """
     k = _cutoff(spec)
-    return lists.count_ranked(lists.relevant(spec.relevance), k) / k
+    return lists.relevant_in_top(spec.relevance, k) / k
 
 
 def recall(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """R@k = |relevant in top k| / R; 0 when R = 0 (trec_eval recall_k)."""
     rel = spec.relevance
-    return safe_divide(lists.count_ranked(lists.relevant(rel), spec.cutoff), lists.num_rel(rel))
+    return safe_divide(lists.relevant_in_top(rel, spec.cutoff), lists.num_rel(rel))
 
 
 def f1(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -96,32 +96,44 @@ def ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """
     if spec.pairs:
         return gain_ndcg(lists, spec)
-    top = lists.within(spec.cutoff)
-    scale = None
-    if spec.gain == "exp" and spec.ideal == "judged":
-        scale = lists.max_judged
-    elif spec.gain == "exp":
+    if spec.gain == "exp" and spec.ideal == "retrieved":  # scaled by the top k's largest label
+        top = lists.within(spec.cutoff)
         kept = lists.labels if top is None else np.where(top, lists.labels, 0)
         scale = _segment_max(lists.segment, kept, lists.size)
-    gains = _gain(lists.labels, lists.segment, scale)
-    dcg = lists.sum_ranked(gains / np.log2(lists.position + 2.0), top)
+        gains = _gain(lists.labels, lists.segment, scale)
+        dcg = lists.sum_ranked(gains / np.log2(lists.position + 2.0), top)
+        return safe_divide(dcg, _retrieved_ideal_dcg(lists, gains, top))
+    # the gains are the same at every cutoff: worked out once
+    largest = lists.max_judged if spec.gain == "exp" else None
+    gains = lists.shared(("ndcg gains", spec.gain),
+                         lambda: _gain(lists.labels, lists.segment, largest))
+    dcg = _discounted_sum(lists, lists.segment, lists.position, gains,
+                          lists.first_rows(spec.cutoff))
     if spec.ideal == "retrieved":
-        ideal = _retrieved_ideal_dcg(lists, gains, top)
+        ideal = _retrieved_ideal_dcg(lists, gains, lists.within(spec.cutoff))
     else:
-        ideal_gains = _gain(lists.judged, lists.judged_segment, scale)
-        if spec.cutoff is not None:
-            keep = lists.judged_position < spec.cutoff
-            ideal_gains = np.where(keep, ideal_gains, 0.0)
-        discounted = ideal_gains / np.log2(lists.judged_position + 2.0)
-        ideal = segment_sums(lists.judged_segment, discounted, lists.size)
+        ideal_gains = lists.shared(("ndcg ideal gains", spec.gain),
+                                   lambda: _gain(lists.judged, lists.judged_segment, largest))
+        ideal = _discounted_sum(lists, lists.judged_segment, lists.judged_position, ideal_gains,
+                                lists.first_judged_rows(spec.cutoff))
     return safe_divide(dcg, ideal)
+
+
+def _discounted_sum(
+    lists: RankedLists, segment: IntArray, position: IntArray, gains: FloatArray,
+    rows: IntArray | None,
+) -> FloatArray:
+    """Per query, the sum of gain / log2(rank + 1) over ``rows`` (None: all), added in
+    rank order."""
+    if rows is not None:
+        segment, position, gains = segment[rows], position[rows], gains[rows]
+    return segment_sums(segment, gains / lists.log2_ranks[position], lists.size)
 
 
 def r_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Rprec = |relevant in top R| / R; 0 when R = 0."""
     num_rel = lists.num_rel(spec.relevance)
-    top_r = lists.position < num_rel[lists.segment]
-    return safe_divide(lists.count_ranked(lists.relevant(spec.relevance) & top_r, None), num_rel)
+    return safe_divide(lists.relevant_in_top(spec.relevance, num_rel), num_rel)
 
 
 def bpref(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -145,7 +157,7 @@ def bpref(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
 
 def success(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Success@k = 1 if a relevant document is in the top k, else 0 (trec_eval success_k)."""
-    found = lists.count_ranked(lists.relevant(spec.relevance), spec.cutoff)
+    found = lists.relevant_in_top(spec.relevance, spec.cutoff)
     return (found > 0).astype(np.float64)
 
 
@@ -199,7 +211,7 @@ def num_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
 
 def num_rel_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Relevant documents retrieved; the summary is the sum (trec_eval num_rel_ret)."""
-    return _counts(lists.count_ranked(lists.relevant(spec.relevance), None))
+    return _counts(lists.relevant_in_top(spec.relevance, None))
 
 
 def num_nonrel_judged_ret(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -229,8 +241,7 @@ def r_precision_multiple(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """Rprec_mult_x = P@c with c = (long)(x R + 0.9), trec_eval's rounding; 0 when c = 0."""
     rel = spec.relevance
     cutoff = np.floor(_level(spec) * lists.num_rel(rel) + 0.9)
-    top = lists.position < cutoff[lists.segment]
-    return safe_divide(lists.count(lists.segment, lists.relevant(rel) & top), cutoff)
+    return safe_divide(lists.relevant_in_top(rel, cutoff.astype(np.int64)), cutoff)
 
 
 def relative_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -238,7 +249,7 @@ def relative_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     0 when R = 0."""
     k = _cutoff(spec)
     rel = spec.relevance
-    found = lists.count_ranked(lists.relevant(rel), k)
+    found = lists.relevant_in_top(rel, k)
     return safe_divide(found, np.minimum(lists.num_rel(rel), k))
 
 
@@ -369,7 +380,10 @@ def _power_table(p: float, n: int) -> FloatArray:
 
 
 def _powers(p: float, lists: RankedLists) -> FloatArray:
-    return _power_table(p, int(lists.num_ret.max(initial=0)))[lists.position]
+    """p^(rank - 1) of each ranked document (rbp and rbp_resid read the same)."""
+    return lists.shared(
+        ("powers", p), lambda: _power_table(p, int(lists.num_ret.max(initial=0)))[lists.position]
+    )
 
 
 def _level(spec: MeasureSpec) -> float:
@@ -380,13 +394,8 @@ def _level(spec: MeasureSpec) -> float:
 
 def _interpolated(lists: RankedLists, spec: MeasureSpec, levels: list[float]) -> list[FloatArray]:
     rel = spec.relevance
-    hits = lists.relevant(rel)
-    at = np.flatnonzero(hits)
-    segment = lists.segment[at]
-    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
-    best_below = _segment_suffix_max(segment, precision, lists.size)
-    first = np.searchsorted(segment, np.arange(lists.size))
-    found = np.bincount(segment, minlength=lists.size)
+    best_below, first, found = lists.shared(("interpolated", rel),
+                                            lambda: _best_precision_below(lists, rel))
     out = []
     for level in levels:
         wanted = level * lists.num_rel(rel)
@@ -398,6 +407,19 @@ def _interpolated(lists: RankedLists, spec: MeasureSpec, levels: list[float]) ->
         values = best_below[index] if len(best_below) else np.zeros(lists.size)
         out.append(np.where(reached, values, 0.0))
     return out
+
+
+def _best_precision_below(lists: RankedLists, rel: int) -> tuple[FloatArray, IntArray, IntArray]:
+    """For each relevant document retrieved (in rank order), the best precision at its rank
+    or below it; the index of each query's first one; their number per query. Every recall
+    level of every iprec_at_recall and 11pt_avg reads them."""
+    at = np.flatnonzero(lists.relevant(rel))
+    segment = lists.segment[at]
+    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
+    best_below = _segment_suffix_max(segment, precision, lists.size)
+    first = np.searchsorted(segment, np.arange(lists.size))
+    found = np.bincount(segment, minlength=lists.size)
+    return best_below, first, found
 
 
 def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> FloatArray:
@@ -416,9 +438,17 @@ def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> Flo
 def _gain_table(lists: RankedLists, spec: MeasureSpec) -> dict[int, float]:
     """Gain per label (trec_eval's setup_gains): the label itself, unless a ``level=gain``
     pair sets it."""
-    gains = {int(level): float(level) for level in np.unique(lists.judged).tolist()}
+    levels = lists.shared(("judged levels",), lambda: _distinct(lists.judged))
+    gains = {level: float(level) for level in levels}
     gains.update(_gain_pairs(spec))
     return gains
+
+
+def _distinct(labels: IntArray) -> list[int]:
+    """The distinct labels (>= 0), ascending; counted by value when they are small."""
+    if len(labels) and int(labels.max()) < 4 * len(labels) + 1024:
+        return np.flatnonzero(np.bincount(labels)).tolist()
+    return [int(level) for level in np.unique(labels).tolist()]
 
 
 def _gain_pairs(spec: MeasureSpec) -> dict[int, float]:
@@ -477,14 +507,32 @@ class GainRows:
 
 def gain_rows(lists: RankedLists, spec: MeasureSpec) -> GainRows:
     """Gains per label as trec_eval's setup_gains gives them (the label, or ``level=gain``
-    pairs; 0 for unjudged documents), laid out in ``GainRows``."""
+    pairs; 0 for unjudged documents), laid out in ``GainRows``; made once per set of pairs
+    for the measures that read them."""
+    pairs = tuple(sorted(_gain_pairs(spec).items()))
+    return lists.shared(("gain rows", pairs), lambda: _gain_rows(lists, spec))
+
+
+def _running_dcg(lists: RankedLists, spec: MeasureSpec) -> tuple[FloatArray, FloatArray]:
+    """Each query's DCG and ideal DCG down to each rank (running sums along ``gain_rows``)."""
+    def make() -> tuple[FloatArray, FloatArray]:
+        rows = gain_rows(lists, spec)
+        return (np.cumsum(rows.results / rows.discount, axis=1),
+                np.cumsum(rows.ideal / rows.discount, axis=1))
+
+    return lists.shared(("running dcg", tuple(sorted(_gain_pairs(spec).items()))), make)
+
+
+def _gain_rows(lists: RankedLists, spec: MeasureSpec) -> GainRows:
     table = _gain_table(lists, spec)
     ideal = _gains(lists.judged, table)
     positive = ideal > 0
     segment = lists.judged_segment[positive]
     ideal = ideal[positive]
-    order = np.lexsort((-ideal, segment))
-    ideal, segment = ideal[order], segment[order]
+    # the labels come largest first in each query: so do their gains unless pairs set them
+    if bool(((segment[1:] == segment[:-1]) & (ideal[1:] > ideal[:-1])).any()):
+        order = np.lexsort((-ideal, segment))
+        ideal, segment = ideal[order], segment[order]
     num_ideal = np.bincount(segment, minlength=lists.size).astype(np.int64)
     width = int(max(lists.num_ret.max(initial=0), num_ideal.max(initial=0))) + 1
     results = np.zeros((lists.size, width))
@@ -502,16 +550,13 @@ def _last(rows: FloatArray) -> FloatArray:
 def gain_ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """nDCG with gains set per label (trec_eval ``ndcg.1=3,2=9``): DCG / ideal DCG, the
     ideal ranking of the positive gains only; 0 when the ideal DCG is 0."""
-    rows = gain_rows(lists, spec)
-    dcg = _last(np.cumsum(rows.results / rows.discount, axis=1))
-    ideal = _last(np.cumsum(rows.ideal / rows.discount, axis=1))
-    return safe_divide(dcg, ideal)
+    dcg_at, ideal_at = _running_dcg(lists, spec)
+    return safe_divide(_last(dcg_at), _last(ideal_at))
 
 
 def dcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """DCG = sum_i gain(label_i) / log2(i + 1), gains as for ``ndcg`` (trec_eval dcg)."""
-    rows = gain_rows(lists, spec)
-    return _last(np.cumsum(rows.results / rows.discount, axis=1))
+    return _last(_running_dcg(lists, spec)[0])
 
 
 def ndcg_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
@@ -519,8 +564,7 @@ def ndcg_rel(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     each one retrieved, nDCG there; for each one not retrieved, nDCG at the end of the
     ranking; divided by their number. 0 when that is 0."""
     rows = gain_rows(lists, spec)
-    dcg_at = np.cumsum(rows.results / rows.discount, axis=1)
-    ideal_at = np.cumsum(rows.ideal / rows.discount, axis=1)
+    dcg_at, ideal_at = _running_dcg(lists, spec)
     found = rows.results > 0
     ratio = np.divide(dcg_at, ideal_at, out=np.zeros_like(dcg_at), where=found)
     at_end = safe_divide(_last(dcg_at), _last(ideal_at))
@@ -534,8 +578,7 @@ def r_ndcg(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     of each gain level, the last at the number of positive gains), then at the end of the
     ranking if it reaches two ranks past that, as trec_eval computes it; 0 when R = 0."""
     rows = gain_rows(lists, spec)
-    dcg_at = np.cumsum(rows.results / rows.discount, axis=1)
-    ideal_at = np.cumsum(rows.ideal / rows.discount, axis=1)
+    dcg_at, ideal_at = _running_dcg(lists, spec)
     size, width = rows.results.shape
     j = np.arange(1, width)
     # a boundary after the top j: the ideal gain at rank j + 1 differs from rank j's

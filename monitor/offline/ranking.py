@@ -6,9 +6,10 @@ A single judged query is a batch of one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ BoolArray = npt.NDArray[np.bool_]
 
 UNJUDGED = -1
 """Label of a ranked document without a judgment (absent from the qrels, or labelled -1)."""
+
+
+Shared = TypeVar("Shared")
 
 
 class DuplicateDocumentError(ValueError):
@@ -41,9 +45,7 @@ class RankedLists:
     judged: IntArray
     judged_offsets: IntArray
     in_qrels: BoolArray
-    _by_rel: dict[tuple[str, int], npt.NDArray[np.generic]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _shared: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_lists(
@@ -111,19 +113,42 @@ class RankedLists:
         """Number of ranked documents per query."""
         return np.diff(self.offsets)
 
+    def shared(self, key: Hashable, make: Callable[[], Shared]) -> Shared:
+        """``make()``, worked out once for these lists and ``key``: what several measures
+        (or one measure at several cutoffs or levels) compute alike. ``key`` names the
+        function and every argument it depends on."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        value: Shared = self._shared[key]
+        return value
+
+    @cached_property
+    def log2_ranks(self) -> FloatArray:
+        """log2(rank + 1) for each 1-based rank of the longest ranking or ideal ranking
+        (``log2_ranks[position]``: the discount of DCG)."""
+        longest = max(int(self.num_ret.max(initial=0)),
+                      int(np.diff(self.judged_offsets).max(initial=0)))
+        return np.log2(np.arange(longest, dtype=np.float64) + 2.0)
+
+    def first_rows(self, cutoff: int | None) -> IntArray | None:
+        """The ranked documents in each query's top ``cutoff``, in order; None when that is
+        every one of them."""
+        return _first_rows(self.offsets, cutoff)
+
+    def first_judged_rows(self, cutoff: int | None) -> IntArray | None:
+        """The judged labels among the first ``cutoff`` of each query's ideal order; None
+        when that is every one of them."""
+        return _first_rows(self.judged_offsets, cutoff)
+
     def relevant(self, rel: int) -> BoolArray:
         """Whether each ranked document is relevant (judged with a label >= rel)."""
-        key = ("relevant", rel)
-        if key not in self._by_rel:
-            self._by_rel[key] = self.labels >= rel
-        return self._by_rel[key]  # type: ignore[return-value]
+        return self.shared(("relevant", rel), lambda: self.labels >= rel)
 
     def num_rel(self, rel: int) -> IntArray:
         """R: judged documents with a label >= rel, per query."""
-        key = ("num_rel", rel)
-        if key not in self._by_rel:
-            self._by_rel[key] = self.count(self.judged_segment, self.judged >= rel)
-        return self._by_rel[key]  # type: ignore[return-value]
+        return self.shared(
+            ("num_rel", rel), lambda: self.count(self.judged_segment, self.judged >= rel)
+        )
 
     def num_nonrel(self, rel: int) -> IntArray:
         """Judged documents with a label below rel, per query."""
@@ -143,6 +168,20 @@ class RankedLists:
         """Per-query number of ranked documents in the top ``cutoff`` where ``mask`` holds."""
         top = self.within(cutoff)
         return self.count(self.segment, mask if top is None else mask & top)
+
+    def relevant_in_top(self, rel: int, cutoff: int | IntArray | None) -> IntArray:
+        """Per query, the relevant documents (label >= rel) among its first ``cutoff``
+        ranked ones: one cutoff for every query, one per query, or None for all of them.
+
+        Read off a running count of relevant documents made once per rel, so that every
+        cutoff of every measure costs two lookups per query.
+        """
+        running = self.shared(
+            ("running relevant", rel), lambda: np.cumsum(self.relevant(rel), dtype=np.int64)
+        )
+        starts = self.offsets[:-1]
+        ends = self.offsets[1:] if cutoff is None else starts + np.minimum(cutoff, self.num_ret)
+        return _count_before(running, ends) - _count_before(running, starts)
 
     def sum_ranked(self, values: FloatArray, mask: BoolArray | None) -> FloatArray:
         """Per-query sum of ``values`` over ranked documents where ``mask`` holds."""
@@ -174,6 +213,25 @@ class RankedLists:
             lead = np.concatenate(([True], seg[1:] != seg[:-1]))
             first[seg[lead]] = self.position[hits[lead]]
         return first
+
+
+def _first_rows(offsets: IntArray, cutoff: int | None) -> IntArray | None:
+    """The entries of each segment (``offsets``) below position ``cutoff``, in order; None
+    when no segment is longer."""
+    lengths = np.diff(offsets)
+    if cutoff is None or cutoff >= int(lengths.max(initial=0)):
+        return None
+    kept = np.minimum(lengths, cutoff)
+    # the i-th row out is row i of the output's segment, shifted to where that segment starts
+    shifts = offsets[:-1] - (np.cumsum(kept) - kept)
+    return np.repeat(shifts, kept) + np.arange(int(kept.sum()), dtype=np.int64)
+
+
+def _count_before(running: IntArray, index: IntArray) -> IntArray:
+    """The running count just before each ``index`` (0 at the start)."""
+    if not len(running):
+        return np.zeros(len(index), dtype=np.int64)
+    return np.where(index > 0, running[np.maximum(index - 1, 0)], 0)
 
 
 def _first_repeat(ranking: Sequence[str]) -> str:

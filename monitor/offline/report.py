@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 
@@ -72,7 +71,9 @@ def format_json(evaluation: Evaluation, measures: Sequence[Named], per_query: bo
                 entry[key] = None if math.isnan(value) else value
         entry[SUMMARY_KEY] = evaluation.summary[spec]
         out[name] = entry
-    return json.dumps(out, indent=2) + "\n"
+    from json import dumps  # loaded only for --json
+
+    return dumps(out, indent=2) + "\n"
 
 
 def summary_name_note(evaluation: Evaluation, json: bool) -> str | None:

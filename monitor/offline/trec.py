@@ -85,7 +85,9 @@ class Strings:
         # neighbours needs sorting
         head = np.empty(len(values), dtype=np.bool_)
         head[0] = True
-        np.not_equal(values[1:], values[:-1], out=head[1:])
+        # ids of up to 7 bytes (most query ids) compare faster as one 64-bit word
+        words = values.view(np.uint64) if values.dtype.itemsize == 8 else values
+        np.not_equal(words[1:], words[:-1], out=head[1:])
         heads = values[head]
         order = byte_order(heads)
         ordered = heads[order]
@@ -151,6 +153,15 @@ class Run:
     def __len__(self) -> int:
         return len(self.scores)
 
+    @cached_property
+    def sorted_pairs(self) -> tuple[HashArray, IntArray]:
+        """The (query, document) key of each line (``pair_keys``, queries by their codes),
+        sorted, and the line of each sorted key. Worked out once: the check for repeated
+        pairs and the match with judgments both search these."""
+        keys = pair_keys(self.qids.codes, self.docs, len(self.qids.vocab))
+        order = np.argsort(keys).astype(np.int64, copy=False)
+        return keys[order], order
+
 
 def parse_qrels(data: Data, source: str, *, path: str | None = None) -> Qrels:
     """Parse qrels: exactly four columns, the fourth a 64-bit integer label (-1: unjudged).
@@ -183,7 +194,7 @@ def parse_run(data: Data, source: str, *, path: str | None = None) -> Run:
         scores = _floats(values)
         if scores is not None and not np.isnan(scores).any():
             run = Run(Strings(qids), Strings(docs), scores, _last_tag(data))
-            if not _has_repeated_pair(run.qids, run.docs):
+            if not _repeats(run.sorted_pairs[0]):
                 return run
     return _parse_run_by_line(data, source)
 
@@ -259,7 +270,12 @@ def _has_repeated_pair(qids: Strings, docs: Strings) -> bool:
     """Whether two lines may name the same pair (equal keys; the line pass tells for sure)."""
     keys = pair_keys(qids.codes, docs, len(qids.vocab))
     keys.sort()
-    return bool((keys[1:] == keys[:-1]).any())
+    return _repeats(keys)
+
+
+def _repeats(sorted_keys: HashArray) -> bool:
+    """Whether sorted keys hold a value twice."""
+    return bool((sorted_keys[1:] == sorted_keys[:-1]).any())
 
 
 def _without_byte_order_mark(data: Data, path: str | None) -> tuple[Data, str | None]:
@@ -301,8 +317,18 @@ def _c_reader_fits(data: Data) -> bool:
     if not len(data) or data.find(b"#") >= 0:
         return False
     buf = np.frombuffer(data, dtype=np.uint8)
-    if buf.max() >= 128:
+    if buf.max() >= 128 or buf.min() < 9:  # not ASCII, or a control byte below tab
         return False
+    # bytes 11-31 (CR among them) become 0-20 when 11 is taken away, the rest of ASCII
+    # 21-116, tab and newline 254-255: the smallest difference says whether there are any
+    scratch_bytes = np.empty(min(len(buf), _CHUNK_BYTES), dtype=np.uint8)
+    lowest = min(
+        int(np.subtract(chunk, 11, out=scratch_bytes[: len(chunk)]).min())
+        for chunk in (buf[start:start + len(scratch_bytes)]
+                      for start in range(0, len(buf), len(scratch_bytes)))
+    )
+    if lowest >= 21:
+        return True
     others = 0  # control bytes besides tab and newline
     scratch = np.empty(min(len(buf), _CHUNK_BYTES), dtype=np.bool_)
     for start in range(0, len(buf), len(scratch)):  # a little memory, used again and again
