@@ -384,7 +384,41 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     gen.add_argument("--topic", default="search-events")
     gen.add_argument("--judgments-topic", default="search-judgments")
     gen.set_defaults(handler=_lazy("generate"))
+    _judgment_commands(commands)
     return parser
+
+
+def _judgment_commands(commands: Any) -> None:
+    """``judgments from-clicks``, ``judgments import`` and ``sample``."""
+    judgments = commands.add_parser(
+        "judgments", help="judgments from clicks, or imported from CSV and TREC qrels",
+        description="Estimate judgments from the clicks of search logs, or import judgment "
+        "files as judgment / qrels messages.",
+    )
+    actions = judgments.add_subparsers(dest="action", required=True, metavar="ACTION")
+    fc = actions.add_parser(
+        "from-clicks", help="a relevance score per (query, document) from a click model",
+        description="Fit a click model on EVENTS (every input replay reads) and print a score "
+        "per (query, document) pair on standard output; what was left out goes to standard "
+        "error.",
+    )
+    fc.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="event file")
+    fc.add_argument("--model", choices=("coec", "pbm", "dbn"), default="coec",
+                    help="clicks over expected clicks, the position-based model, or the "
+                    "simplified dynamic Bayesian network (default coec)")
+    fc.add_argument("--format", choices=("csv", "qrels", "json"), default="csv",
+                    help="output format (default csv)")
+    fc.add_argument("--min-impressions", type=_positive, default=10, metavar="N",
+                    help="leave out pairs shown fewer than N times (default 10)")
+    fc.add_argument("--min-sessions", type=_positive, metavar="K",
+                    help="leave out queries fewer than K distinct sessions issued (default: "
+                    "[query_lists] min_sessions, 5)")
+    fc.add_argument("--thresholds", metavar="T1,T2,T3",
+                    help="with --format qrels: the least score of labels 1, 2, 3 (default "
+                    "per model: coec 0.5,1,2; pbm 0.15,0.4,0.7; dbn 0.05,0.2,0.5)")
+    fc.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
+                    "the query lists' normalisation and redactions (default: built-in)")
+    fc.set_defaults(handler=_lazy("judgments"))
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -1,0 +1,256 @@
+"""Search logs as impressions and clicks, for the click models of ``monitor.offline.clicks``
+and the query sampling of ``monitor.offline.sampling``.
+
+Every line goes through the decoder chain, as ``searchmon replay`` reads it (native events,
+UBI records, ``_bulk`` exports, ``<index>\\t<json>`` lines, gzip), in any order: a click may
+come before its query. What a search showed is its logged result list (positions 1..n);
+when the list was not logged (``results_known`` false, a UBI query without hit ids), its
+impression events. A click is on the result at its position, or, without a position, on its
+document. Queries are keyed by their text as the query lists key it (normalised, redacted).
+
+Duplicates count once: a search is its ``query_id`` (a second record of it adds nothing but
+a result list it lacked); a result is clicked or not, however many clicks it had.
+
+Memory grows with the searches read (a few dozen bytes per result shown), up to
+``max_searches``: beyond, the reading stops with ``TooManySearches``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+from zlib import crc32
+
+import numpy as np
+
+from monitor.config import Config
+from monitor.inputs.chain import DecoderChain, Result
+from monitor.inputs.events import (
+    SESSION_OF_QUERY,
+    ClickEvent,
+    Decoded,
+    ImpressionEvent,
+    JudgedMessage,
+    QueryEvent,
+    Rejection,
+)
+from monitor.inputs.files import lines
+from monitor.offline.clicks import MAX_POSITION, ClickLog
+
+MAX_SEARCHES = 5_000_000
+"""The searches one reading keeps by default."""
+
+
+class TooManySearches(Exception):
+    """The input has more searches than the reading may keep."""
+
+
+@dataclass
+class ClickLogReader:
+    """Gathers decoded events into a ``ClickLog``."""
+
+    min_sessions: int
+    key: Any
+    """``str -> str``: a query text as the lists key it (``QueryLists.key``)."""
+    max_searches: int = MAX_SEARCHES
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._queries: dict[str, int] = {}
+        self._sessions: list[list[int]] = []
+        self._docs: dict[str, int] = {}
+        self._searches: dict[str, int] = {}
+        self._search_query = array("q")  # -1: no query record read (yet)
+        self._search_time = array("d")
+        self._listed = bytearray()  # the search's result list was logged
+        self._rows = (array("q"), array("q"), array("q"))  # search, doc, position
+        self._impressions = (array("q"), array("q"), array("q"))
+        self._clicks = (array("q"), array("q"), array("q"))  # doc -1: by position only
+
+    def add(self, result: Result) -> None:
+        """One result of the decoder chain (rejections and judged messages are counted)."""
+        if type(result) is Rejection:
+            self.counts[f"rejected: {result.reason}"] += 1
+            return
+        if type(result) is not tuple:
+            self.counts["judged messages" if type(result) is JudgedMessage
+                        else "actions not measured"] += 1
+            return
+        time, event = cast(Decoded, result)
+        if type(event) is QueryEvent:
+            self._query(time, event)
+        elif type(event) is ClickEvent:
+            doc = self._doc(event.doc_id) if event.doc_id else -1
+            if doc < 0 and not event.position:
+                self.counts["clicks without a document or a position"] += 1
+                return
+            self._append(self._clicks, self._search(event.query_id), doc, event.position)
+        elif type(event) is ImpressionEvent:
+            if event.query_id is None or not event.doc_id or not event.position:
+                self.counts["impressions without a query, a document or a position"] += 1
+                return
+            self._append(self._impressions, self._search(event.query_id),
+                         self._doc(event.doc_id), event.position)
+
+    def _query(self, time: float, event: QueryEvent) -> None:
+        search = self._search(event.query_id)
+        if self._search_query[search] < 0:
+            key = self.key(event.query_text)
+            query = self._queries.get(key)
+            if query is None:
+                query = self._queries[key] = len(self._sessions)
+                self._sessions.append([])
+            self._search_query[search] = query
+            self._search_time[search] = time
+            seen = self._sessions[query]
+            if len(seen) < self.min_sessions:
+                session = event.session_id
+                if session.startswith(SESSION_OF_QUERY):
+                    session = session[1:]
+                hashed = crc32(session.encode())
+                if hashed not in seen:
+                    seen.append(hashed)
+        if event.results_known and event.result_ids and not self._listed[search]:
+            self._listed[search] = 1
+            for position, doc_id in enumerate(event.result_ids, 1):
+                self._append(self._rows, search, self._doc(doc_id), position)
+
+    def _search(self, query_id: str) -> int:
+        search = self._searches.get(query_id)
+        if search is None:
+            search = len(self._searches)
+            if search >= self.max_searches:
+                raise TooManySearches(
+                    f"more than {self.max_searches:,} searches: read fewer files at a time")
+            self._searches[query_id] = search
+            self._search_query.append(-1)
+            self._search_time.append(float("-inf"))
+            self._listed.append(0)
+        return search
+
+    def _doc(self, doc_id: str) -> int:
+        doc = self._docs.get(doc_id)
+        if doc is None:
+            doc = self._docs[doc_id] = len(self._docs)
+        return doc
+
+    def _append(self, columns: tuple[array[int], array[int], array[int]], search: int,
+                doc: int, position: int) -> None:
+        if position > MAX_POSITION:
+            self.counts[f"results shown or clicked below position {MAX_POSITION}"] += 1
+            return
+        columns[0].append(search)
+        columns[1].append(doc)
+        columns[2].append(position)
+
+    def searches(self) -> SearchTable:
+        """Per search: its query (-1: no query record), event time and shown documents."""
+        return SearchTable(
+            np.frombuffer(self._search_query, dtype=np.int64).copy(),
+            np.frombuffer(self._search_time, dtype=np.float64).copy(),
+            list(self._queries), self._search_rows(),
+        )
+
+    def _search_rows(self) -> tuple[np.ndarray[Any, np.dtype[np.int64]], ...]:
+        """search, doc, position of every result shown: the logged lists, and the impression
+        events of the searches without one (each (search, position) once)."""
+        rows = [np.frombuffer(c, dtype=np.int64) for c in self._rows]
+        shown = [np.frombuffer(c, dtype=np.int64) for c in self._impressions]
+        listed = np.frombuffer(bytes(self._listed), dtype=np.uint8).astype(bool)
+        if len(shown[0]):
+            own = ~listed[shown[0]]
+            self.counts["impression events of searches with a logged list"] += int(
+                np.count_nonzero(~own))
+            shown = [c[own] for c in shown]
+            unique = np.unique(np.stack([shown[0], shown[2], shown[1]]), axis=1)
+            shown = [unique[0], unique[2], unique[1]]
+        search = np.concatenate([rows[0], shown[0]])
+        doc = np.concatenate([rows[1], shown[1]])
+        position = np.concatenate([rows[2], shown[2]])
+        order = np.lexsort((position, search))
+        return search[order], doc[order], position[order]
+
+    def finish(self) -> ClickLog:
+        """The click log of everything read (every query, whatever its sessions)."""
+        table = self.searches()
+        search, doc, position = table.rows
+        query = table.query[search] if len(search) else np.zeros(0, dtype=np.int64)
+        orphan = query < 0
+        if np.any(orphan):
+            self.counts["results shown for searches without a query record"] += int(
+                np.count_nonzero(orphan))
+        clicked = np.zeros(len(search), dtype=bool)
+        self._match_clicks(search, doc, position, clicked)
+        keep = ~orphan
+        sessions = np.array([len(s) for s in self._sessions], dtype=np.int64)
+        return ClickLog(search[keep], query[keep], doc[keep], position[keep], clicked[keep],
+                        table.queries, list(self._docs), sessions, Counter(self.counts))
+
+    def _match_clicks(self, search: np.ndarray[Any, np.dtype[np.int64]],
+                      doc: np.ndarray[Any, np.dtype[np.int64]],
+                      position: np.ndarray[Any, np.dtype[np.int64]],
+                      clicked: np.ndarray[Any, np.dtype[np.bool_]]) -> None:
+        """Mark the rows clicked: by (search, position) when the click has a position and
+        the row there is its document (or it names none); else by (search, document)."""
+        click_search, click_doc, click_position = (
+            np.frombuffer(c, dtype=np.int64) for c in self._clicks)
+        if not len(click_search):
+            return
+        if not len(search):
+            self.counts["clicks of searches whose results are unknown"] += len(click_search)
+            return
+        by_position = search * (MAX_POSITION + 1) + position  # sorted: rows are in that order
+        wanted = click_search * (MAX_POSITION + 1) + click_position
+        at = np.minimum(np.searchsorted(by_position, wanted), len(search) - 1)
+        hit = (click_position > 0) & (by_position[at] == wanted) & (
+            (click_doc < 0) | (doc[at] == click_doc))
+        clicked[at[hit]] = True
+        missing = ~hit
+        rest = missing & (click_doc >= 0)
+        if np.any(rest):
+            by_doc = (search << 32) | doc
+            order = np.argsort(by_doc, kind="stable")
+            sorted_keys = by_doc[order]
+            wanted_doc = (click_search[rest] << 32) | click_doc[rest]
+            found = np.minimum(np.searchsorted(sorted_keys, wanted_doc), len(search) - 1)
+            matched = sorted_keys[found] == wanted_doc
+            clicked[order[found[matched]]] = True
+            missing[np.flatnonzero(rest)[matched]] = False
+        if np.any(missing):
+            known = np.isin(click_search[missing], search)
+            self.counts["clicks of searches whose results are unknown"] += int(
+                np.count_nonzero(~known))
+            self.counts["clicks on a result not shown"] += int(np.count_nonzero(known))
+
+
+@dataclass(frozen=True)
+class SearchTable:
+    """Per search: ``query`` (index of ``queries``; -1: no query record read), ``time``
+    (event time), and ``rows``: (search, doc, position) of every result shown."""
+
+    query: np.ndarray[Any, np.dtype[np.int64]]
+    time: np.ndarray[Any, np.dtype[np.float64]]
+    queries: list[str]
+    rows: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
+
+
+def read_all(reader: ClickLogReader, results: Iterable[Result]) -> ClickLogReader:
+    """Every result into ``reader``."""
+    add = reader.add
+    for result in results:
+        add(result)
+    return reader
+
+
+def decoded(paths: Iterable[Path], config: Config) -> Iterator[Result]:
+    """Every non-blank line of ``paths``, in file order, through the decoder chain."""
+    chain = DecoderChain(config)
+    read = chain.read
+    for path in paths:
+        for _, _, line, hint in lines(path):
+            if line.strip():
+                yield read(line, hint)
