@@ -14,10 +14,13 @@ from monitor.config import Config
 
 if TYPE_CHECKING:
     from monitor.offline.clicks import ClickLog
+    from monitor.offline.judgment_files import Judged, Rating
 
 
 def command(args: argparse.Namespace) -> int:
-    return from_clicks(args)
+    if args.action == "from-clicks":
+        return from_clicks(args)
+    return import_judgments(args)
 
 
 def note(text: str) -> None:
@@ -90,3 +93,117 @@ def _thresholds(text: str) -> tuple[float, ...]:
         raise UsageError(f"--thresholds {text!r}: expected increasing numbers, the least score "
                          "of each label from 1 up (0.5,1,2)")
     return values
+
+
+def import_judgments(args: argparse.Namespace) -> int:
+    """``judgments import``: a CSV or qrels file as qrels or judgment messages."""
+    import time
+
+    from monitor.cli.common import parse_time
+    from monitor.offline.agreement import AGGREGATES
+    from monitor.offline.judgment_files import READERS, JudgmentFileError, labelled, sniff
+
+    config = load(args.config)
+    if args.as_type == "judgment" and not args.sample_id:
+        raise UsageError("--as judgment: give --sample-id (the judged sample the messages "
+                         "belong to)")
+    stamp = parse_time(args.timestamp, "--timestamp") if args.timestamp else time.time()
+    try:
+        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text(
+            encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {args.file}: {error}") from None
+    kind = sniff(text) if args.format == "auto" else args.format
+    try:
+        found = READERS[kind](text)
+    except JudgmentFileError as error:
+        raise UsageError(f"{args.file}: {error}") from None
+    for reason, (count, first) in found.left_out.items():
+        note(f"{count:,} rows left out: {reason} (the first on line {first})")
+    if not found.ratings:
+        raise UsageError(f"{args.file}: no ratings (read as {kind})")
+    _agreement(found.ratings)
+    judged = list(labelled(found.ratings, AGGREGATES[args.aggregate]))
+    limit = config.offline.max_labels
+    too_many = [query for query in judged if len(query.labels) > limit]
+    for query in too_many:
+        note(f"query {query.query!r} left out: {len(query.labels):,} labels, more than "
+             f"[offline] max_labels ({limit:,}), which the daemon would reject")
+    lines = [_message(args, number, query, stamp) for number, query in enumerate(judged, 1)
+             if len(query.labels) <= limit]
+    note(f"{len(found.ratings):,} ratings of {sum(len(q.labels) for q in judged):,} pairs; "
+         f"{len(lines):,} {args.as_type} messages")
+    if args.kafka:
+        _produce(args, config, lines)
+        return EXIT_OK
+    out = args.output.open("wb") if args.output else sys.stdout.buffer
+    try:
+        for _, line in lines:
+            out.write(line + b"\n")
+    finally:
+        if args.output:
+            out.close()
+    return EXIT_OK
+
+
+def _message(args: argparse.Namespace, number: int, query: Judged,
+             stamp: float) -> tuple[str, bytes]:
+    """A query's labels as a message, with its Kafka key (the query text)."""
+    import json
+
+    from monitor.inputs.generate import rfc3339
+
+    message: dict[str, object] = {"type": args.as_type}
+    if args.as_type == "judgment":
+        message |= {"sample_id": args.sample_id, "timestamp": rfc3339(stamp),
+                    "query_id": f"{args.sample_id}-{number}", "query_text": query.query,
+                    "ranking": list(query.labels), "labels": query.labels}
+    else:
+        message |= {"timestamp": rfc3339(stamp), "query_text": query.query,
+                    "labels": query.labels}
+        if args.qrels_id:
+            message["qrels_id"] = args.qrels_id
+    if args.query_class:
+        message["query_class"] = args.query_class
+    return query.query, json.dumps(message, ensure_ascii=False,
+                                   separators=(",", ":")).encode()
+
+
+def _produce(args: argparse.Namespace, config: Config, lines: list[tuple[str, bytes]]) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    topic = args.topic or config.kafka.judgments_topic
+    try:
+        producer = KafkaProducer(bootstrap_servers=args.kafka, acks="all",
+                                 **config.kafka.client_options())
+        for key, line in lines:
+            producer.send(topic, key=key.encode(), value=line)
+        producer.flush()
+        producer.close()
+    except KafkaError as error:
+        raise UsageError(f"cannot produce to {args.kafka} ({topic}): {error}") from None
+    note(f"{len(lines):,} messages produced to {topic}")
+
+
+def _agreement(ratings: list[Rating]) -> None:
+    """The raters' agreement, on standard error, when the file has several raters."""
+    from monitor.offline.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
+    from monitor.offline.judgment_files import units
+
+    raters = sorted({rating.rater for rating in ratings})
+    if len(raters) < 2:
+        return
+    rated = units(ratings)
+    shared = sum(1 for labels in rated.values() if len(labels) >= 2)
+    figures = [f"{len(raters)} raters, {shared:,} pairs rated by two or more"]
+    if len(raters) == 2:
+        figures.append(f"Cohen's kappa {_figure(cohen_kappa(rated, *raters))}")
+    else:
+        figures.append(f"Fleiss' kappa {_figure(fleiss_kappa(rated))}")
+    figures.append(f"Krippendorff's alpha (nominal) {_figure(krippendorff_alpha(rated))}")
+    note("agreement: " + "; ".join(figures))
+
+
+def _figure(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.3f}"

@@ -419,6 +419,36 @@ def _judgment_commands(commands: Any) -> None:
     fc.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
                     "the query lists' normalisation and redactions (default: built-in)")
     fc.set_defaults(handler=_lazy("judgments"))
+    im = actions.add_parser(
+        "import", help="query,docid,rating CSV or TREC qrels as qrels / judgment messages",
+        description="Read FILE (query,docid,rating[,rater] CSV, a header optional, or TREC "
+        "qrels), label each (query, document) pair with the aggregate of its raters' ratings, "
+        "print the raters' agreement on standard error, and write one message per query.",
+    )
+    im.add_argument("file", type=Path, metavar="FILE", help="the judgments ('-': standard "
+                    "input)")
+    im.add_argument("--format", choices=("auto", "csv", "qrels"), default="auto",
+                    help="the file's format (default: qrels when its first line is four "
+                    "whitespace-separated fields, else CSV)")
+    im.add_argument("--aggregate", choices=("mean", "median", "majority"), default="mean",
+                    help="several raters' ratings of a pair become its label by this "
+                    "(rounded half up; default mean)")
+    im.add_argument("--as", dest="as_type", choices=("qrels", "judgment"), default="qrels",
+                    help="qrels messages (labels without a ranking), or the judgment messages "
+                    "of one judged sample (default qrels)")
+    im.add_argument("--sample-id", metavar="ID", help="with --as judgment: the sample's id")
+    im.add_argument("--qrels-id", metavar="ID", help="the qrels messages' qrels_id")
+    im.add_argument("--query-class", metavar="CLASS", help="every message's query_class")
+    im.add_argument("--timestamp", metavar="TIME", help="the messages' time, ISO 8601 with an "
+                    "offset (default: now)")
+    im.add_argument("-o", "--output", type=Path, help="JSONL file (default: standard output)")
+    im.add_argument("--kafka", "--brokers", dest="kafka", metavar="HOST:PORT",
+                    help="produce to the judgments topic of this Kafka cluster instead")
+    im.add_argument("--topic", help="with --kafka: the topic (default [kafka] "
+                    "judgments_topic: search-judgments)")
+    im.add_argument("--config", type=Path, help="TOML configuration: [offline] max_labels, "
+                    "[kafka] judgments_topic and security (default: built-in)")
+    im.set_defaults(handler=_lazy("judgments"))
 
 
 def _eval(args: argparse.Namespace) -> int:
