@@ -450,6 +450,31 @@ def _judgment_commands(commands: Any) -> None:
                     "[kafka] judgments_topic and security (default: built-in)")
     im.set_defaults(handler=_lazy("judgments"))
 
+    sm = commands.add_parser(
+        "sample", help="queries of search logs picked for judging, with their served results",
+        description="Pick COUNT queries of EVENTS (every input replay reads) for judging, "
+        "each with the result list it was last served, as CSV (a row per result) or JSON. "
+        "Only queries at least --min-sessions distinct sessions issued can be picked.",
+    )
+    sm.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="event file")
+    sm.add_argument("-n", "--count", type=_positive, default=100, metavar="COUNT",
+                    help="queries to pick (default 100)")
+    sm.add_argument("--method", choices=("random", "top", "pps"), default="pps",
+                    help="at random, the most searched, or with probability proportional to "
+                    "searches (default pps)")
+    sm.add_argument("--by", action="append", metavar="class|DIMENSION",
+                    help="stratify: by the query class, or by a slice dimension of the "
+                    "queries' attributes (platform, locale, ...); repeatable")
+    sm.add_argument("--format", choices=("csv", "json"), default="csv",
+                    help="CSV, a row per served result, or JSON (default csv)")
+    sm.add_argument("--seed", type=int, default=1, help="the random picks' seed (default 1)")
+    sm.add_argument("--min-sessions", type=_positive, metavar="K",
+                    help="the k-anonymity floor (default: [query_lists] min_sessions, 5)")
+    sm.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
+                    "[query_classes], [slices], the query lists' normalisation (default: "
+                    "built-in)")
+    sm.set_defaults(handler=_lazy("sample"))
+
 
 def _eval(args: argparse.Namespace) -> int:
     _keep_freed_memory()

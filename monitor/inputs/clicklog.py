@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, TypeVar, cast
 from zlib import crc32
 
 import numpy as np
@@ -238,7 +238,14 @@ class SearchTable:
     rows: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
 
 
-def read_all(reader: ClickLogReader, results: Iterable[Result]) -> ClickLogReader:
+class _Reader(Protocol):
+    def add(self, result: Result) -> None: ...
+
+
+Reader = TypeVar("Reader", bound=_Reader)
+
+
+def read_all(reader: Reader, results: Iterable[Result]) -> Reader:
     """Every result into ``reader``."""
     add = reader.add
     for result in results:
@@ -254,3 +261,65 @@ def decoded(paths: Iterable[Path], config: Config) -> Iterator[Result]:
         for _, _, line, hint in lines(path):
             if line.strip():
                 yield read(line, hint)
+
+
+@dataclass
+class QueryRecord:
+    """What the sampling of queries knows of one query key in one slice: its searches, its
+    distinct sessions (up to the k-anonymity floor), its class (that of its latest search)
+    and its most recent served list (that of its latest search with a logged list)."""
+
+    searches: int = 0
+    sessions: list[int] = field(default_factory=list)
+    query_class: str = ""
+    served_at: float = float("-inf")
+    results: list[str] = field(default_factory=list)
+
+
+@dataclass
+class QueryTallyReader:
+    """Gathers the query events of decoded results into a ``QueryRecord`` per key and slice
+    (a search counts once per ``query_id``). ``dimensions``: those of the slices, read from
+    the queries' ``attributes`` (``unknown`` where a query has none). Memory: a record per
+    distinct key and slice, and the ``query_id`` of every search (for the duplicates), up to
+    ``max_searches``."""
+
+    min_sessions: int
+    key: Any
+    """``str -> str``: a query text as the lists key it."""
+    classify: Any
+    """``QueryEvent -> str``: the query's class."""
+    dimensions: tuple[str, ...] = ()
+    max_searches: int = MAX_SEARCHES
+    records: dict[tuple[str, tuple[str, ...]], QueryRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def add(self, result: Result) -> None:
+        if type(result) is not tuple:
+            return
+        time, event = cast(Decoded, result)
+        if type(event) is not QueryEvent:
+            return
+        attributes = event.attributes or {}
+        key = (self.key(event.query_text),
+               tuple(attributes.get(name) or "unknown" for name in self.dimensions))
+        record = self.records.get(key)
+        if record is None:
+            record = self.records[key] = QueryRecord()
+        if event.query_id not in self._seen:
+            if len(self._seen) >= self.max_searches:
+                raise TooManySearches(
+                    f"more than {self.max_searches:,} searches: read fewer files at a time")
+            self._seen.add(event.query_id)
+            record.searches += 1
+            session = event.session_id.removeprefix(SESSION_OF_QUERY)
+            hashed = crc32(session.encode())
+            if len(record.sessions) < self.min_sessions and hashed not in record.sessions:
+                record.sessions.append(hashed)
+        if time >= record.served_at:
+            record.query_class = self.classify(event)
+            if event.results_known and event.result_ids:
+                record.served_at = time
+                record.results = list(event.result_ids)
