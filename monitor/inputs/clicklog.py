@@ -294,7 +294,7 @@ class QueryTallyReader:
     records: dict[tuple[str, tuple[str, ...]], QueryRecord] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._seen: set[str] = set()
+        self._seen: set[tuple[str, str]] = set()
 
     def add(self, result: Result) -> None:
         if type(result) is not tuple:
@@ -305,19 +305,22 @@ class QueryTallyReader:
         attributes = event.attributes or {}
         key = (self.key(event.query_text),
                tuple(attributes.get(name) or "unknown" for name in self.dimensions))
+        search = (event.query_id, key[0])  # another text under an id is another search
         record = self.records.get(key)
-        if record is None:
-            record = self.records[key] = QueryRecord()
-        if event.query_id not in self._seen:
+        if search not in self._seen:
             if len(self._seen) >= self.max_searches:
                 raise TooManySearches(
                     f"more than {self.max_searches:,} searches: read fewer files at a time")
-            self._seen.add(event.query_id)
+            self._seen.add(search)
+            if record is None:
+                record = self.records[key] = QueryRecord()
             record.searches += 1
             session = event.session_id.removeprefix(SESSION_OF_QUERY)
             hashed = crc32(session.encode())
             if len(record.sessions) < self.min_sessions and hashed not in record.sessions:
                 record.sessions.append(hashed)
+        if record is None:
+            return
         if time >= record.served_at:
             record.query_class = self.classify(event)
             if event.results_known and event.result_ids:

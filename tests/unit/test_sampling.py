@@ -97,3 +97,15 @@ def test_sample_by_a_slice_dimension(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [(p["query"], p["platform"], p["searches"], p["results"][0]) for p in picked] == [
         ("tent", "ios", 6, "tent-6"), ("stove", "ios", 5, "stove-16"),
         ("tent", "web", 5, "tent-11")]
+
+
+def test_sample_reads_ubi_and_counts_a_reformulation_under_one_id_as_a_search(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    chorus = Path(__file__).parents[1] / "data" / "ubi-real" / "chorus-ubi-subset.ndjson.gz"
+    assert main(["sample", str(chorus), "--min-sessions", "1", "-n", "1000", "--format",
+                 "json"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    picked = json.loads(out)
+    assert len(picked) == 45  # every query of the sample, none with zero searches
+    assert all(p["searches"] >= 1 for p in picked)
+    assert "0 under the k-anonymity floor" in err
