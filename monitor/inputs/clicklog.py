@@ -39,7 +39,7 @@ from monitor.inputs.events import (
     Rejection,
 )
 from monitor.inputs.files import lines
-from monitor.offline.clicks import MAX_POSITION, ClickLog
+from monitor.offline.clicks import MAX_POSITION, ClickLog, Column
 
 MAX_SEARCHES = 5_000_000
 """The searches one reading keeps by default."""
@@ -67,9 +67,10 @@ class ClickLogReader:
         self._search_query = array("q")  # -1: no query record read (yet)
         self._search_time = array("d")
         self._listed = bytearray()  # the search's result list was logged
-        self._rows = (array("q"), array("q"), array("q"))  # search, doc, position
-        self._impressions = (array("q"), array("q"), array("q"))
-        self._clicks = (array("q"), array("q"), array("q"))  # doc -1: by position only
+        # search, doc (-1 for a click without one), position: 9 bytes a row
+        self._rows = (array("i"), array("i"), array("B"))
+        self._impressions = (array("i"), array("i"), array("B"))
+        self._clicks = (array("i"), array("i"), array("B"))
 
     def add(self, result: Result) -> None:
         """One result of the decoder chain (rejections and judged messages are counted)."""
@@ -114,10 +115,19 @@ class ClickLogReader:
                 hashed = crc32(session.encode())
                 if hashed not in seen:
                     seen.append(hashed)
-        if event.results_known and event.result_ids and not self._listed[search]:
+        results = event.result_ids
+        if event.results_known and results and not self._listed[search]:
             self._listed[search] = 1
-            for position, doc_id in enumerate(event.result_ids, 1):
-                self._append(self._rows, search, self._doc(doc_id), position)
+            if len(results) > MAX_POSITION:
+                self.counts[f"results shown or clicked below position {MAX_POSITION}"] += (
+                    len(results) - MAX_POSITION)
+                results = results[:MAX_POSITION]
+            docs = self._docs
+            index = docs.setdefault  # a new document gets the next index
+            searches, shown, positions = self._rows
+            searches.extend([search] * len(results))
+            shown.extend([index(d, len(docs)) for d in results])
+            positions.extend(range(1, len(results) + 1))
 
     def _search(self, query_id: str) -> int:
         search = self._searches.get(query_id)
@@ -133,10 +143,7 @@ class ClickLogReader:
         return search
 
     def _doc(self, doc_id: str) -> int:
-        doc = self._docs.get(doc_id)
-        if doc is None:
-            doc = self._docs[doc_id] = len(self._docs)
-        return doc
+        return self._docs.setdefault(doc_id, len(self._docs))
 
     def _append(self, columns: tuple[array[int], array[int], array[int]], search: int,
                 doc: int, position: int) -> None:
@@ -155,22 +162,23 @@ class ClickLogReader:
             list(self._queries), self._search_rows(),
         )
 
-    def _search_rows(self) -> tuple[np.ndarray[Any, np.dtype[np.int64]], ...]:
-        """search, doc, position of every result shown: the logged lists, and the impression
-        events of the searches without one (each (search, position) once)."""
-        rows = [np.frombuffer(c, dtype=np.int64) for c in self._rows]
-        shown = [np.frombuffer(c, dtype=np.int64) for c in self._impressions]
-        listed = np.frombuffer(bytes(self._listed), dtype=np.uint8).astype(bool)
+    def _search_rows(self) -> tuple[Column, Column, Column]:
+        """search, doc, position of every result shown, ordered by search then position: the
+        logged lists, and the impression events of the searches without one (each (search,
+        position, doc) once)."""
+        search, doc, position = (_column(c) for c in self._rows)
+        shown = [_column(c) for c in self._impressions]
         if len(shown[0]):
+            listed = np.frombuffer(bytes(self._listed), dtype=np.uint8).astype(bool)
             own = ~listed[shown[0]]
             self.counts["impression events of searches with a logged list"] += int(
                 np.count_nonzero(~own))
-            shown = [c[own] for c in shown]
-            unique = np.unique(np.stack([shown[0], shown[2], shown[1]]), axis=1)
-            shown = [unique[0], unique[2], unique[1]]
-        search = np.concatenate([rows[0], shown[0]])
-        doc = np.concatenate([rows[1], shown[1]])
-        position = np.concatenate([rows[2], shown[2]])
+            unique = np.unique(np.stack([c[own].astype(np.int64) for c in shown]), axis=1)
+            search = np.concatenate([search, unique[0].astype(np.int32)])
+            doc = np.concatenate([doc, unique[1].astype(np.int32)])
+            position = np.concatenate([position, unique[2].astype(np.uint8)])
+        elif len(search) < 2 or bool(np.all(search[1:] >= search[:-1])):
+            return search, doc, position  # each list appended whole, searches in order
         order = np.lexsort((position, search))
         return search[order], doc[order], position[order]
 
@@ -178,43 +186,47 @@ class ClickLogReader:
         """The click log of everything read (every query, whatever its sessions)."""
         table = self.searches()
         search, doc, position = table.rows
-        query = table.query[search] if len(search) else np.zeros(0, dtype=np.int64)
+        query = table.query[search].astype(np.int32)
         orphan = query < 0
         if np.any(orphan):
             self.counts["results shown for searches without a query record"] += int(
                 np.count_nonzero(orphan))
         clicked = np.zeros(len(search), dtype=bool)
         self._match_clicks(search, doc, position, clicked)
-        keep = ~orphan
         sessions = np.array([len(s) for s in self._sessions], dtype=np.int64)
-        return ClickLog(search[keep], query[keep], doc[keep], position[keep], clicked[keep],
-                        table.queries, list(self._docs), sessions, Counter(self.counts))
+        if np.any(orphan):
+            keep = ~orphan
+            search, query, doc, position, clicked = (
+                search[keep], query[keep], doc[keep], position[keep], clicked[keep])
+        return ClickLog(search, query, doc, position, clicked, table.queries,
+                        list(self._docs), sessions, Counter(self.counts))
 
-    def _match_clicks(self, search: np.ndarray[Any, np.dtype[np.int64]],
-                      doc: np.ndarray[Any, np.dtype[np.int64]],
-                      position: np.ndarray[Any, np.dtype[np.int64]],
+    def _match_clicks(self, search: Column, doc: Column, position: Column,
                       clicked: np.ndarray[Any, np.dtype[np.bool_]]) -> None:
         """Mark the rows clicked: by (search, position) when the click has a position and
         the row there is its document (or it names none); else by (search, document)."""
         click_search, click_doc, click_position = (
-            np.frombuffer(c, dtype=np.int64) for c in self._clicks)
+            _column(c).astype(np.int64) for c in self._clicks)
         if not len(click_search):
             return
         if not len(search):
             self.counts["clicks of searches whose results are unknown"] += len(click_search)
             return
-        by_position = search * (MAX_POSITION + 1) + position  # sorted: rows are in that order
+        # rows are ordered by search then position: this key is sorted
+        by_position = search.astype(np.int64) * (MAX_POSITION + 1) + position
         wanted = click_search * (MAX_POSITION + 1) + click_position
         at = np.minimum(np.searchsorted(by_position, wanted), len(search) - 1)
-        hit = (click_position > 0) & (by_position[at] == wanted) & (
-            (click_doc < 0) | (doc[at] == click_doc))
+        del by_position
+        hit = (click_position > 0) & (search[at] == click_search) & (
+            position[at] == click_position) & ((click_doc < 0) | (doc[at] == click_doc))
         clicked[at[hit]] = True
         missing = ~hit
         rest = missing & (click_doc >= 0)
         if np.any(rest):
-            by_doc = (search << 32) | doc
+            by_doc = (search.astype(np.int64) << 32) | doc
             order = np.argsort(by_doc, kind="stable")
             sorted_keys = by_doc[order]
+            del by_doc
             wanted_doc = (click_search[rest] << 32) | click_doc[rest]
             found = np.minimum(np.searchsorted(sorted_keys, wanted_doc), len(search) - 1)
             matched = sorted_keys[found] == wanted_doc
@@ -227,6 +239,11 @@ class ClickLogReader:
             self.counts["clicks on a result not shown"] += int(np.count_nonzero(known))
 
 
+def _column(values: array[int]) -> Column:
+    """An accumulated column as an array (a view of its buffer: read-only)."""
+    return np.frombuffer(values, dtype={"i": np.int32, "B": np.uint8}[values.typecode])
+
+
 @dataclass(frozen=True)
 class SearchTable:
     """Per search: ``query`` (index of ``queries``; -1: no query record read), ``time``
@@ -235,7 +252,7 @@ class SearchTable:
     query: np.ndarray[Any, np.dtype[np.int64]]
     time: np.ndarray[Any, np.dtype[np.float64]]
     queries: list[str]
-    rows: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
+    rows: tuple[Column, Column, Column]
 
 
 class _Reader(Protocol):

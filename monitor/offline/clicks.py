@@ -21,6 +21,8 @@ import numpy as np
 
 Vector = np.ndarray[Any, np.dtype[np.float64]]
 Indexes = np.ndarray[Any, np.dtype[np.int64]]
+Column = np.ndarray[Any, np.dtype[Any]]
+"""An integer column of a click log (int32 indexes, uint8 positions: 14 bytes a row)."""
 
 MAX_POSITION = 100
 """Results shown below this position are left out (and counted)."""
@@ -35,10 +37,10 @@ class ClickLog:
     ``doc`` indexes ``docs``. ``sessions`` holds, per query, its distinct sessions (counted
     up to the k-anonymity floor the reading was given); ``counts`` what was left out."""
 
-    search: np.ndarray[Any, np.dtype[np.int64]]
-    query: np.ndarray[Any, np.dtype[np.int64]]
-    doc: np.ndarray[Any, np.dtype[np.int64]]
-    position: np.ndarray[Any, np.dtype[np.int64]]
+    search: Column
+    query: Column
+    doc: Column
+    position: Column
     clicked: np.ndarray[Any, np.dtype[np.bool_]]
     queries: list[str]
     docs: list[str]
@@ -94,7 +96,8 @@ class _Pairs:
 
 def _pairs(log: ClickLog) -> _Pairs:
     width = max(len(log.docs), 1)
-    keys, of_row = np.unique(log.query * width + log.doc, return_inverse=True)
+    keys, of_row = np.unique(log.query.astype(np.int64) * width + log.doc,
+                             return_inverse=True)
     of_row = of_row.reshape(-1)
     count = len(keys)
     impressions = np.bincount(of_row, minlength=count)

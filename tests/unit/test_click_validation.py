@@ -36,7 +36,7 @@ MIN_IMPRESSIONS = 50
 """Pairs shown fewer times are left out of the correlations (their scores are noise)."""
 CORRELATION = {"coec": 0.75, "pbm": 0.75, "dbn": 0.7}
 """The least Spearman correlation of each model's scores with the hidden grades (seed 5,
-two hours of five sessions a second: 0.84, 0.84 and 0.79)."""
+two hours of five sessions a second: 0.855, 0.854 and 0.809)."""
 BIAS_ERROR = (0.15, 0.04)
 """The most the position-based model's curve, relative to position 1, may differ from the
 generator's at any position, and on average over the positions (measured: 0.115 at position
