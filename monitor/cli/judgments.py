@@ -68,6 +68,9 @@ def from_clicks(args: argparse.Namespace) -> int:
         note("position bias (examination probability; relative to position 1): " + ", ".join(
             f"{k}: {value:.3f} ({value / first:.3f})" for k, value in enumerate(curve, 1)
             if not math.isnan(value)))
+    if estimate.parameters:
+        note("fitted: " + ", ".join(f"{name} {value:.4g}"
+                                    for name, value in estimate.parameters.items()))
     if args.format == "csv":
         sys.stdout.write(as_csv(estimate, mask))
     elif args.format == "json":

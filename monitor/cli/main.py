@@ -403,9 +403,9 @@ def _judgment_commands(commands: Any) -> None:
         "error.",
     )
     fc.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="event file")
-    fc.add_argument("--model", choices=("coec", "pbm", "dbn"), default="coec",
-                    help="clicks over expected clicks, the position-based model, or the "
-                    "simplified dynamic Bayesian network (default coec)")
+    fc.add_argument("--model", choices=("coec", "pbm", "dbn", "sdbn"), default="coec",
+                    help="clicks over expected clicks, the position-based model, the dynamic "
+                    "Bayesian network, or its simplified form (default coec)")
     fc.add_argument("--format", choices=("csv", "qrels", "json"), default="csv",
                     help="output format (default csv)")
     fc.add_argument("--min-impressions", type=_positive, default=10, metavar="N",
@@ -415,7 +415,7 @@ def _judgment_commands(commands: Any) -> None:
                     "[query_lists] min_sessions, 5)")
     fc.add_argument("--thresholds", metavar="T1,T2,T3",
                     help="with --format qrels: the least score of labels 1, 2, 3 (default "
-                    "per model: coec 0.5,1,2; pbm 0.15,0.4,0.7; dbn 0.05,0.2,0.5)")
+                    "per model: coec 0.5,1,2; pbm 0.15,0.4,0.7; dbn and sdbn 0.05,0.2,0.5)")
     fc.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
                     "the query lists' normalisation and redactions (default: built-in)")
     fc.set_defaults(handler=_lazy("judgments"))

@@ -81,6 +81,8 @@ class Estimate:
     queries: list[str]
     docs: list[str]
     position_bias: Vector | None = None
+    parameters: dict[str, float] = field(default_factory=dict)
+    """A model's other fitted parameters (the DBN's ``gamma``) and ``iterations`` of EM."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,10 @@ def _pairs(log: ClickLog) -> _Pairs:
 
 
 def _estimate(model: str, log: ClickLog, pairs: _Pairs, score: Vector,
-              position_bias: Vector | None = None) -> Estimate:
+              position_bias: Vector | None = None,
+              parameters: dict[str, float] | None = None) -> Estimate:
     return Estimate(model, pairs.query, pairs.doc, score, pairs.impressions, pairs.clicks,
-                    log.queries, log.docs, position_bias)
+                    log.queries, log.docs, position_bias, parameters or {})
 
 
 def _position_ctr(log: ClickLog) -> Vector:
@@ -163,7 +166,8 @@ def pbm(log: ClickLog, iterations: int = PBM_ITERATIONS,
     position_shown = np.bincount(cell_position, weights=shown, minlength=size)
     theta = np.full(size, 0.5)
     alpha = np.full(len(pairs.clicks), 0.5)
-    for _ in range(iterations):
+    done = 0
+    for done in range(1, iterations + 1):  # noqa: B007  # the count is reported
         t, a = theta[cell_position], alpha[cell_pair]
         none = np.maximum(1.0 - t * a, 1e-12)
         attractive = clicked + unclicked * a * (1.0 - t) / none
@@ -180,10 +184,10 @@ def pbm(log: ClickLog, iterations: int = PBM_ITERATIONS,
         if moved < tolerance:
             break
     bias = np.where(position_shown > 0, theta, np.nan)
-    return _estimate("pbm", log, pairs, alpha, bias)
+    return _estimate("pbm", log, pairs, alpha, bias, {"iterations": done})
 
 
-def dbn(log: ClickLog) -> Estimate:
+def sdbn(log: ClickLog) -> Estimate:
     """The simplified dynamic Bayesian network (Chapelle and Zhang, WWW 2009, section 5,
     with ``gamma = 1``): a user examines the results down to the last one clicked, is
     attracted by a result with probability ``a(q, d)`` and satisfied by a clicked one with
@@ -204,16 +208,143 @@ def dbn(log: ClickLog) -> Estimate:
     with np.errstate(invalid="ignore", divide="ignore"):
         attractive = np.where(examined > 0, clicks / np.where(examined > 0, examined, 1), 0.0)
         satisfying = np.where(clicks > 0, last_clicks / np.where(clicks > 0, clicks, 1), 0.0)
-    return _estimate("dbn", log, pairs, attractive * satisfying)
+    return _estimate("sdbn", log, pairs, attractive * satisfying)
 
 
-MODELS: dict[str, Callable[[ClickLog], Estimate]] = {"coec": coec, "pbm": pbm, "dbn": dbn}
+DBN_ITERATIONS = 100
+"""The most EM iterations of the dynamic Bayesian network."""
+DBN_TOLERANCE = 1e-5
+"""EM stops once no parameter moves more than this in an iteration."""
+
+
+@dataclass(frozen=True)
+class _Searches:
+    """The rows of a log as lists: each row's rank in its search (0 first) and the next
+    row of the same search (-1: none), grouped by rank from the top and from the bottom."""
+
+    first: Indexes
+    """Per row: the first row of its search."""
+    following: Indexes
+    from_top: list[Indexes]
+    from_bottom: list[Indexes]
+    last_click: Indexes
+    """Per row: the row of its search's last click (-1: none)."""
+
+
+def _searches(log: ClickLog) -> _Searches:
+    rows = len(log.search)
+    starts = np.flatnonzero(np.r_[True, log.search[1:] != log.search[:-1]]) if rows else (
+        np.zeros(0, dtype=np.int64))
+    lengths = np.diff(np.r_[starts, rows])
+    first = np.repeat(starts, lengths)
+    rank = np.arange(rows) - first
+    remaining = np.repeat(starts + lengths, lengths) - np.arange(rows) - 1
+    following = np.where(remaining > 0, np.arange(rows) + 1, -1)
+    depth = int(lengths.max()) if rows else 0
+    clicked_rank = np.where(log.clicked, rank, -1)
+    last = np.full(len(starts), -1, dtype=np.int64)
+    if rows:
+        np.maximum.at(last, np.repeat(np.arange(len(starts)), lengths), clicked_rank)
+    last_row = np.where(last >= 0, starts + last, -1)
+    return _Searches(
+        first, following,
+        [np.flatnonzero(rank == k) for k in range(depth)],
+        [np.flatnonzero(remaining == k) for k in range(depth)],
+        np.repeat(last_row, lengths),
+    )
+
+
+def dbn(log: ClickLog, gamma: float | None = None, iterations: int = DBN_ITERATIONS,
+        tolerance: float = DBN_TOLERANCE) -> Estimate:
+    """The dynamic Bayesian network (Chapelle and Zhang, WWW 2009), fitted by EM: the user
+    examines the first result; an examined result attracts with probability ``a(q, d)`` and
+    is then clicked; a clicked result satisfies with probability ``s(q, d)``, and the user
+    stops; otherwise the user examines the next result with probability ``gamma`` (the same
+    everywhere; fitted when not given). The score is ``a s``, the probability that a user
+    who examines the document is satisfied by it.
+
+    E-step, per search with its last click at ``l`` (none: before the first result): every
+    result down to ``l`` was examined, and a clicked one above ``l`` did not satisfy; with
+    ``X_j`` the probability of no click from ``j`` on once ``j`` is examined (``X_j = (1 -
+    a_j) (1 - gamma + gamma X_{j+1})``, ``X`` past the end is 1), the last click satisfied
+    with probability ``s_l / (s_l + (1 - s_l)(1 - gamma + gamma X_{l+1}))``, and a result
+    below ``l`` was examined with the probability of reaching it without a click, and was
+    attractive with probability ``a (1 - P(examined))``. M-step: ``a`` the mean of its
+    attractiveness posteriors over its impressions, ``s`` over its clicks (0.5 while it has
+    none), ``gamma`` the expected continuations over the expected chances to continue."""
+    pairs = _pairs(log)
+    lists = _searches(log)
+    rows = len(log.search)
+    clicked = log.clicked
+    of_row = pairs.of_row
+    impressions = pairs.impressions.astype(np.float64)
+    clicks = pairs.clicks.astype(np.float64)
+    alpha = np.full(len(clicks), 0.5)
+    satisfy = np.full(len(clicks), 0.5)
+    continues = 0.5 if gamma is None else gamma
+    has_click = lists.last_click >= 0
+    after = np.arange(rows) > lists.last_click  # below the last click, or no click at all
+    is_last = np.arange(rows) == lists.last_click
+    done = 0
+    for done in range(1, iterations + 1):  # noqa: B007  # the count is reported
+        a, s, g = alpha[of_row], satisfy[of_row], continues
+        unclicked = 1.0 - a
+        none_from = np.ones(rows)  # X_j
+        for level in lists.from_bottom:
+            nxt = lists.following[level]
+            beyond = np.where(nxt >= 0, none_from[np.maximum(nxt, 0)], 1.0)
+            none_from[level] = unclicked[level] * (1.0 - g + g * beyond)
+        nxt = lists.following
+        beyond = np.where(nxt >= 0, none_from[np.maximum(nxt, 0)], 1.0)
+        satisfied = np.where(is_last, s / np.maximum(s + (1.0 - s) * (1.0 - g + g * beyond),
+                                                     1e-12), 0.0)
+        # the probability of reaching each row below the last click without a click
+        reach = np.ones(rows)
+        for level in lists.from_top:
+            nxt = lists.following[level]
+            into = nxt[nxt >= 0]
+            source = level[nxt >= 0]
+            reach[into] = np.where(
+                is_last[source],
+                (1.0 - satisfied[source]) * g / np.maximum(1.0 - g + g * none_from[into], 1e-12),
+                np.where(after[source], reach[source] * unclicked[source] * g, 1.0))
+        start = lists.first
+        examined = np.where(
+            after,
+            np.where(has_click, reach * none_from,
+                     reach * none_from / np.maximum(none_from[start], 1e-12)),
+            1.0)
+        attractive = np.where(clicked, 1.0, np.where(after, a * (1.0 - examined), 0.0))
+        new_alpha = np.bincount(of_row, weights=attractive, minlength=len(alpha)) / impressions
+        sat_sum = np.bincount(of_row, weights=satisfied, minlength=len(alpha))
+        new_satisfy = np.where(clicks > 0, sat_sum / np.maximum(clicks, 1), 0.5)
+        new_gamma = continues
+        if gamma is None:
+            chances = lists.following >= 0
+            went = examined[lists.following[chances]].sum()
+            could = (examined[chances] - satisfied[chances]).sum()
+            new_gamma = float(went / could) if could > 0 else continues
+        moved = max(float(np.max(np.abs(new_alpha - alpha), initial=0.0)),
+                    float(np.max(np.abs(new_satisfy - satisfy), initial=0.0)),
+                    abs(new_gamma - continues))
+        alpha, satisfy, continues = new_alpha, new_satisfy, new_gamma
+        if moved < tolerance:
+            break
+    score = alpha * np.where(clicks > 0, satisfy, 0.0)
+    return _estimate("dbn", log, pairs, score, None,
+                     {"gamma": continues, "iterations": done})
+
+
+MODELS: dict[str, Callable[[ClickLog], Estimate]] = {
+    "coec": coec, "pbm": pbm, "dbn": dbn, "sdbn": sdbn,
+}
 """The click models by name."""
 
 THRESHOLDS: dict[str, tuple[float, float, float]] = {
     "coec": (0.5, 1.0, 2.0),
     "pbm": (0.15, 0.4, 0.7),
     "dbn": (0.05, 0.2, 0.5),
+    "sdbn": (0.05, 0.2, 0.5),
 }
 """Per model, the least score of labels 1, 2 and 3 (below the first: 0)."""
 
@@ -275,9 +406,11 @@ def as_qrels(estimate: Estimate, mask: np.ndarray[Any, np.dtype[np.bool_]],
 
 
 def as_json(estimate: Estimate, mask: np.ndarray[Any, np.dtype[np.bool_]]) -> str:
-    """``{"model", "position_bias" (when estimated; null where nothing was shown),
-    "pairs": [{"query", "doc_id", "score", "impressions", "clicks"}]}``."""
+    """``{"model", "position_bias" (when estimated; null where nothing was shown), "gamma"
+    (the DBN's), "pairs": [{"query", "doc_id", "score", "impressions", "clicks"}]}``."""
     document: dict[str, object] = {"model": estimate.model}
+    if "gamma" in estimate.parameters:
+        document["gamma"] = round(estimate.parameters["gamma"], 6)
     if estimate.position_bias is not None:
         document["position_bias"] = [
             None if math.isnan(value) else round(float(value), 6)

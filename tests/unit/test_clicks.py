@@ -28,6 +28,7 @@ from monitor.offline.clicks import (
     kept,
     label,
     pbm,
+    sdbn,
 )
 
 START = 1_790_000_000_000  # epoch milliseconds
@@ -90,7 +91,7 @@ def test_the_simplified_dbn_examines_down_to_the_last_click() -> None:
         ("q", ["b", "a", "c"], [2]),  # b, a examined; a the last click
         ("q", ["c", "b", "a"], []),  # nothing examined
     ])
-    found = scores(dbn(log))
+    found = scores(sdbn(log))
     # a: examined 3, clicked 3, last 2: (3/3) * (2/3)
     assert found[("q", "a")] == pytest.approx(2 / 3)
     # b: examined 2 (searches 1 and 3), clicked 1, last 1: (1/2) * (1/1)
@@ -99,6 +100,7 @@ def test_the_simplified_dbn_examines_down_to_the_last_click() -> None:
     assert found[("q", "c")] == 0.0
 
 
+@pytest.mark.slow
 def test_pbm_recovers_the_parameters_of_a_log_drawn_from_it() -> None:
     rng = np.random.default_rng(7)
     theta = np.array([0.95, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08])
@@ -118,6 +120,31 @@ def test_pbm_recovers_the_parameters_of_a_log_drawn_from_it() -> None:
     # the scale is not identified: alpha * theta_1 is (about 1,000 examinations a pair: a
     # standard error up to 0.016)
     assert np.max(np.abs(fitted * estimate.position_bias[0] - alpha * theta[0])) < 0.08
+
+
+@pytest.mark.slow
+def test_the_dbn_recovers_the_parameters_of_a_log_drawn_from_it() -> None:
+    rng = np.random.default_rng(11)
+    attract = rng.uniform(0.05, 0.9, size=30)
+    satisfy = rng.uniform(0.1, 0.9, size=30)
+    gamma = 0.7
+    searches = []
+    for _ in range(12_000):
+        shown = rng.permutation(30)[:6]
+        clicks = []
+        for position, doc in enumerate(shown, 1):
+            if rng.random() < attract[doc]:
+                clicks.append(position)
+                if rng.random() < satisfy[doc]:
+                    break
+            if rng.random() >= gamma:
+                break
+        searches.append(("q", [f"d{d}" for d in shown], clicks))
+    estimate = dbn(log_of(searches))
+    assert estimate.parameters["gamma"] == pytest.approx(gamma, abs=0.02)
+    found = scores(estimate)
+    fitted = np.array([found[("q", f"d{d}")] for d in range(30)])
+    assert np.max(np.abs(fitted - attract * satisfy)) < 0.08
 
 
 def test_the_labels_count_the_thresholds_a_score_reaches() -> None:
