@@ -430,6 +430,9 @@ def _judgment_commands(commands: Any) -> None:
     im.add_argument("--format", choices=("auto", "csv", "qrels"), default="auto",
                     help="the file's format (default: qrels when its first line is four "
                     "whitespace-separated fields, else CSV)")
+    im.add_argument("--underscores", action="store_true",
+                    help="read every _ of a qrels topic as a blank (the topics of "
+                    "judgments from-clicks --format qrels are query texts so written)")
     im.add_argument("--aggregate", choices=("mean", "median", "majority"), default="mean",
                     help="several raters' ratings of a pair become its label by this "
                     "(rounded half up; default mean)")

@@ -183,3 +183,12 @@ def test_import_usage_errors(tmp_path: Path, argv: list[str],
     source.write_text("q,d,1\n")
     assert main(["judgments", "import", str(source), *argv]) == EXIT_USAGE
     assert capsys.readouterr().out == ""
+
+
+def test_underscores_give_back_the_query_texts_of_from_clicks_qrels(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "clicks.qrels"
+    source.write_text("cheap_flights 0 d1 2\ncheap_flights 0 d2 0\n")
+    assert main(["judgments", "import", str(source), "--underscores"]) == EXIT_OK
+    message = json.loads(capsys.readouterr().out)
+    assert (message["query_text"], message["labels"]) == ("cheap flights", {"d1": 2, "d2": 0})
