@@ -11,8 +11,8 @@ their estimates against the generator's truth.
    - reading: the same, gathered into a click log (``ClickLogReader``, k-anonymity floor 5);
    - each model's fit on that log (COEC, PBM by EM, the DBN by EM (once), the simplified
      DBN).
-   Prints the times, the ratio reading / baseline, the PBM fit's share of the whole, the peak
-   memory the fit allocates (tracemalloc) and the process's peak resident memory.
+   Prints the times, the ratios to the baseline, the peak memory each fit allocates
+   (tracemalloc, in a run of its own) and the process's peak resident memory.
 3. Prints each model's Spearman and Kendall correlation with the hidden grades over the
    pairs shown at least 50 times, and the PBM curve (relative to position 1) beside the
    truth.
@@ -138,17 +138,19 @@ def main() -> None:
             print(f"fit {name:4s}: {seconds:6.2f} s  ({seconds / base:.2f}x the baseline; "
                   f"read + fit {(read_time + seconds) / base:.2f}x)  "
                   + ", ".join(f"{k} {v:.4g}" for k, v in estimate.parameters.items()))
-        tracemalloc.start()
-        MODELS["pbm"](log)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+        peaks = {}
+        for name, model in MODELS.items():
+            tracemalloc.start()
+            model(log)
+            peaks[name] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
         held = sum(a.nbytes for a in (log.search, log.query, log.doc, log.position,
                                       log.clicked))
-        print(f"PBM fit: peak {peak / 1e6:.0f} MB allocated; the click log holds "
-              f"{held / 1e6:.0f} MB of arrays; peak resident memory of the process "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB (the "
-              "baseline alone: "
-              f"{baseline_rss / 1e3:.0f} MB)")
+        print("peak memory a fit allocates (tracemalloc): " + ", ".join(
+            f"{name} {peak / 1e6:.0f} MB" for name, peak in peaks.items())
+            + f"; the click log holds {held / 1e6:.0f} MB of arrays; peak resident memory of "
+            f"the process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB "
+            f"(the baseline alone: {baseline_rss / 1e3:.0f} MB)")
         print(f"\ncorrelation with the hidden grades (pairs shown >= {MIN_IMPRESSIONS} times):")
         for name, (_, estimate) in fits.items():
             often = estimate.impressions >= MIN_IMPRESSIONS

@@ -219,38 +219,59 @@ DBN_TOLERANCE = 1e-5
 
 @dataclass(frozen=True)
 class _Searches:
-    """The rows of a log as lists: each row's rank in its search (0 first) and the next
-    row of the same search (-1: none), grouped by rank from the top and from the bottom."""
+    """The rows of a log as the DBN's E-step walks them (rows are ordered by search, then
+    position; a search's last click splits it: the rows down to it were examined, those
+    below it, or every row of a search without a click, are ``after``)."""
 
-    first: Indexes
-    """Per row: the first row of its search."""
-    following: Indexes
-    from_top: list[Indexes]
-    from_bottom: list[Indexes]
-    last_click: Indexes
-    """Per row: the row of its search's last click (-1: none)."""
+    count: int
+    """Searches."""
+    upward: list[tuple[Indexes, Indexes]]
+    """Per distance from the bottom of the search (0 first): its rows, and the row after
+    each (-1: none)."""
+    downward: list[tuple[Indexes, Indexes]]
+    """Per rank (0 first): its ``after`` rows that have a next row, and that row."""
+    last: Indexes
+    """The row of each search's last click (searches with a click)."""
+    below_last: Indexes
+    """The row after it (-1: none)."""
+    after: Indexes
+    """The rows below the last click of their search, or of a search without a click."""
+    first_of_after: Indexes
+    """Per ``after`` row: the first row of its search when the search has no click, else -1."""
+    ends_after: Indexes
+    """The positions in ``after`` of the searches' bottom rows that are ``after``."""
 
 
 def _searches(log: ClickLog) -> _Searches:
     rows = len(log.search)
-    starts = np.flatnonzero(np.r_[True, log.search[1:] != log.search[:-1]]) if rows else (
-        np.zeros(0, dtype=np.int64))
-    lengths = np.diff(np.r_[starts, rows])
+    every = np.arange(rows)
+    starts = (np.flatnonzero(np.r_[True, log.search[1:] != log.search[:-1]]) if rows
+              else np.zeros(0, dtype=np.int64))
+    lengths = np.diff(np.r_[starts, rows]).astype(np.int64)
     first = np.repeat(starts, lengths)
-    rank = np.arange(rows) - first
-    remaining = np.repeat(starts + lengths, lengths) - np.arange(rows) - 1
-    following = np.where(remaining > 0, np.arange(rows) + 1, -1)
+    rank = every - first
+    remaining = np.repeat(starts + lengths, lengths) - every - 1
+    following = np.where(remaining > 0, every + 1, -1)
     depth = int(lengths.max()) if rows else 0
-    clicked_rank = np.where(log.clicked, rank, -1)
-    last = np.full(len(starts), -1, dtype=np.int64)
+    last_rank = np.full(len(starts), -1, dtype=np.int64)
     if rows:
-        np.maximum.at(last, np.repeat(np.arange(len(starts)), lengths), clicked_rank)
-    last_row = np.where(last >= 0, starts + last, -1)
+        np.maximum.at(last_rank, np.repeat(np.arange(len(starts)), lengths),
+                      np.where(log.clicked, rank, -1))
+    clicked_searches = last_rank >= 0
+    last = (starts + last_rank)[clicked_searches]
+    last_of_row = np.repeat(np.where(clicked_searches, starts + last_rank, -1), lengths)
+    is_after = every > last_of_row
+    after = np.flatnonzero(is_after)
+    first_of_after = np.where(last_of_row[after] < 0, first[after], -1)
+    ends = np.flatnonzero(is_after & (remaining == 0))
+    moving = is_after & (following >= 0)
     return _Searches(
-        first, following,
-        [np.flatnonzero(rank == k) for k in range(depth)],
-        [np.flatnonzero(remaining == k) for k in range(depth)],
-        np.repeat(last_row, lengths),
+        len(starts),
+        [(level, following[level]) for level in
+         (np.flatnonzero(remaining == k) for k in range(depth))],
+        [(level, following[level]) for level in
+         (np.flatnonzero(moving & (rank == k)) for k in range(depth))],
+        last, following[last], after, first_of_after, np.searchsorted(after, ends),
     )
 
 
@@ -273,57 +294,57 @@ def dbn(log: ClickLog, gamma: float | None = None, iterations: int = DBN_ITERATI
     attractiveness posteriors over its impressions, ``s`` over its clicks (0.5 while it has
     none), ``gamma`` the expected continuations over the expected chances to continue."""
     pairs = _pairs(log)
-    lists = _searches(log)
+    walk = _searches(log)
     rows = len(log.search)
-    clicked = log.clicked
     of_row = pairs.of_row
     impressions = pairs.impressions.astype(np.float64)
     clicks = pairs.clicks.astype(np.float64)
     alpha = np.full(len(clicks), 0.5)
     satisfy = np.full(len(clicks), 0.5)
     continues = 0.5 if gamma is None else gamma
-    has_click = lists.last_click >= 0
-    after = np.arange(rows) > lists.last_click  # below the last click, or no click at all
-    is_last = np.arange(rows) == lists.last_click
+    after, last, below_last = walk.after, walk.last, walk.below_last
+    after_pairs, last_pairs = of_row[after], of_row[last]
+    no_click = walk.first_of_after >= 0
+    first_of_after = walk.first_of_after[no_click]
+    has_below = below_last >= 0
+    examined_above = rows - len(after)  # every row down to a last click: examined
+    none_from = np.ones(rows)  # X_j: no click from j on, once j is examined
+    reach = np.zeros(rows)  # reaching a row below the last click without a click
     done = 0
     for done in range(1, iterations + 1):  # noqa: B007  # the count is reported
-        a, s, g = alpha[of_row], satisfy[of_row], continues
-        unclicked = 1.0 - a
-        none_from = np.ones(rows)  # X_j
-        for level in lists.from_bottom:
-            nxt = lists.following[level]
-            beyond = np.where(nxt >= 0, none_from[np.maximum(nxt, 0)], 1.0)
-            none_from[level] = unclicked[level] * (1.0 - g + g * beyond)
-        nxt = lists.following
-        beyond = np.where(nxt >= 0, none_from[np.maximum(nxt, 0)], 1.0)
-        satisfied = np.where(is_last, s / np.maximum(s + (1.0 - s) * (1.0 - g + g * beyond),
-                                                     1e-12), 0.0)
-        # the probability of reaching each row below the last click without a click
-        reach = np.ones(rows)
-        for level in lists.from_top:
-            nxt = lists.following[level]
-            into = nxt[nxt >= 0]
-            source = level[nxt >= 0]
-            reach[into] = np.where(
-                is_last[source],
-                (1.0 - satisfied[source]) * g / np.maximum(1.0 - g + g * none_from[into], 1e-12),
-                np.where(after[source], reach[source] * unclicked[source] * g, 1.0))
-        start = lists.first
-        examined = np.where(
-            after,
-            np.where(has_click, reach * none_from,
-                     reach * none_from / np.maximum(none_from[start], 1e-12)),
-            1.0)
-        attractive = np.where(clicked, 1.0, np.where(after, a * (1.0 - examined), 0.0))
-        new_alpha = np.bincount(of_row, weights=attractive, minlength=len(alpha)) / impressions
-        sat_sum = np.bincount(of_row, weights=satisfied, minlength=len(alpha))
+        g = continues
+        a = alpha[of_row]
+        for level, following in walk.upward:
+            beyond = np.ones(len(level))
+            inside = following >= 0
+            beyond[inside] = none_from[following[inside]]
+            none_from[level] = (1.0 - a[level]) * (1.0 - g + g * beyond)
+        s_last = satisfy[last_pairs]
+        beyond = np.ones(len(last))
+        beyond[has_below] = none_from[below_last[has_below]]
+        satisfied = s_last / np.maximum(s_last + (1.0 - s_last) * (1.0 - g + g * beyond), 1e-12)
+        reach[walk.after] = 0.0
+        reach[first_of_after] = 1.0
+        into = below_last[has_below]
+        reach[into] = (1.0 - satisfied[has_below]) * g / np.maximum(
+            1.0 - g + g * none_from[into], 1e-12)
+        for level, following in walk.downward:
+            reach[following] = reach[level] * (1.0 - a[level]) * g
+        examined = reach[after] * none_from[after]
+        examined[no_click] /= np.maximum(none_from[first_of_after], 1e-12)
+        attractive = a[after] * (1.0 - examined)
+        new_alpha = (clicks + np.bincount(after_pairs, weights=attractive,
+                                          minlength=len(alpha))) / impressions
+        sat_sum = np.bincount(last_pairs, weights=satisfied, minlength=len(alpha))
         new_satisfy = np.where(clicks > 0, sat_sum / np.maximum(clicks, 1), 0.5)
         new_gamma = continues
         if gamma is None:
-            chances = lists.following >= 0
-            went = examined[lists.following[chances]].sum()
-            could = (examined[chances] - satisfied[chances]).sum()
-            new_gamma = float(went / could) if could > 0 else continues
+            total = examined_above + float(examined.sum())
+            went = total - walk.count  # every row but the first of its search
+            bottom = (walk.count - len(walk.ends_after)) + float(
+                examined[walk.ends_after].sum())
+            could = total - bottom - float(satisfied[has_below].sum())
+            new_gamma = went / could if could > 0 else continues
         moved = max(float(np.max(np.abs(new_alpha - alpha), initial=0.0)),
                     float(np.max(np.abs(new_satisfy - satisfy), initial=0.0)),
                     abs(new_gamma - continues))
