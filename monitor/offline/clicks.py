@@ -225,10 +225,10 @@ class _Searches:
 
     count: int
     """Searches."""
-    upward: list[tuple[Indexes, Indexes]]
+    upward: list[tuple[Column, Column]]
     """Per distance from the bottom of the search (0 first): its rows, and the row after
     each (-1: none)."""
-    downward: list[tuple[Indexes, Indexes]]
+    downward: list[tuple[Column, Column]]
     """Per rank (0 first): its ``after`` rows that have a next row, and that row."""
     last: Indexes
     """The row of each search's last click (searches with a click)."""
@@ -244,35 +244,38 @@ class _Searches:
 
 def _searches(log: ClickLog) -> _Searches:
     rows = len(log.search)
-    every = np.arange(rows)
-    starts = (np.flatnonzero(np.r_[True, log.search[1:] != log.search[:-1]]) if rows
-              else np.zeros(0, dtype=np.int64))
-    lengths = np.diff(np.r_[starts, rows]).astype(np.int64)
-    first = np.repeat(starts, lengths)
-    rank = every - first
+    every = np.arange(rows, dtype=np.int32)
+    starts = (np.flatnonzero(np.r_[True, log.search[1:] != log.search[:-1]]).astype(np.int32)
+              if rows else np.zeros(0, dtype=np.int32))
+    lengths = np.diff(np.r_[starts, rows]).astype(np.int32)
+    rank = every - np.repeat(starts, lengths)
     remaining = np.repeat(starts + lengths, lengths) - every - 1
-    following = np.where(remaining > 0, every + 1, -1)
+    following = np.where(remaining > 0, every + 1, -1).astype(np.int32)
     depth = int(lengths.max()) if rows else 0
-    last_rank = np.full(len(starts), -1, dtype=np.int64)
+    last_rank = np.full(len(starts), -1, dtype=np.int32)
     if rows:
-        np.maximum.at(last_rank, np.repeat(np.arange(len(starts)), lengths),
-                      np.where(log.clicked, rank, -1))
+        np.maximum.at(last_rank, np.repeat(np.arange(len(starts), dtype=np.int32), lengths),
+                      np.where(log.clicked, rank, -1).astype(np.int32))
     clicked_searches = last_rank >= 0
     last = (starts + last_rank)[clicked_searches]
     last_of_row = np.repeat(np.where(clicked_searches, starts + last_rank, -1), lengths)
     is_after = every > last_of_row
+    del last_of_row
     after = np.flatnonzero(is_after)
-    first_of_after = np.where(last_of_row[after] < 0, first[after], -1)
+    first_of_search = np.repeat(np.where(clicked_searches, -1, starts), lengths)
+    first_of_after = first_of_search[after]
+    del first_of_search
     ends = np.flatnonzero(is_after & (remaining == 0))
     moving = is_after & (following >= 0)
-    return _Searches(
-        len(starts),
-        [(level, following[level]) for level in
-         (np.flatnonzero(remaining == k) for k in range(depth))],
-        [(level, following[level]) for level in
-         (np.flatnonzero(moving & (rank == k)) for k in range(depth))],
-        last, following[last], after, first_of_after, np.searchsorted(after, ends),
-    )
+    upward: list[tuple[Column, Column]] = []
+    downward: list[tuple[Column, Column]] = []
+    for k in range(depth):
+        level = np.flatnonzero(remaining == k).astype(np.int32)
+        upward.append((level, following[level]))
+        level = np.flatnonzero(moving & (rank == k)).astype(np.int32)
+        downward.append((level, following[level]))
+    return _Searches(len(starts), upward, downward, last, following[last], after,
+                     first_of_after, np.searchsorted(after, ends))
 
 
 def dbn(log: ClickLog, gamma: float | None = None, iterations: int = DBN_ITERATIONS,
