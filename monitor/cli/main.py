@@ -420,7 +420,99 @@ def _parser(*, eval_only: bool = False) -> argparse.ArgumentParser:
     gen.add_argument("--topic", default="search-events")
     gen.add_argument("--judgments-topic", default="search-judgments")
     gen.set_defaults(handler=_lazy("generate"))
+    _judgment_commands(commands)
     return parser
+
+
+def _judgment_commands(commands: Any) -> None:
+    """``judgments from-clicks``, ``judgments import`` and ``sample``."""
+    judgments = commands.add_parser(
+        "judgments", help="judgments from clicks, or imported from CSV and TREC qrels",
+        description="Estimate judgments from the clicks of search logs, or import judgment "
+        "files as judgment / qrels messages.",
+    )
+    actions = judgments.add_subparsers(dest="action", required=True, metavar="ACTION")
+    fc = actions.add_parser(
+        "from-clicks", help="a relevance score per (query, document) from a click model",
+        description="Fit a click model on EVENTS (every input replay reads) and print a score "
+        "per (query, document) pair on standard output; what was left out goes to standard "
+        "error.",
+    )
+    fc.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="event file")
+    fc.add_argument("--model", choices=("coec", "pbm", "dbn", "sdbn"), default="coec",
+                    help="clicks over expected clicks, the position-based model, the dynamic "
+                    "Bayesian network, or its simplified form (default coec)")
+    fc.add_argument("--format", choices=("csv", "qrels", "json"), default="csv",
+                    help="output format (default csv)")
+    fc.add_argument("--min-impressions", type=_positive, default=10, metavar="N",
+                    help="leave out pairs shown fewer than N times (default 10)")
+    fc.add_argument("--min-sessions", type=_positive, metavar="K",
+                    help="leave out queries fewer than K distinct sessions issued (default: "
+                    "[query_lists] min_sessions, 5)")
+    fc.add_argument("--thresholds", metavar="T1,T2,T3",
+                    help="with --format qrels: the least score of labels 1, 2, 3 (default "
+                    "per model: coec 0.5,1,2; pbm 0.15,0.4,0.7; dbn and sdbn 0.05,0.2,0.5)")
+    fc.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
+                    "the query lists' normalisation and redactions (default: built-in)")
+    fc.set_defaults(handler=_lazy("judgments"))
+    im = actions.add_parser(
+        "import", help="query,docid,rating CSV or TREC qrels as qrels / judgment messages",
+        description="Read FILE (query,docid,rating[,rater] CSV, a header optional, or TREC "
+        "qrels), label each (query, document) pair with the aggregate of its raters' ratings, "
+        "print the raters' agreement on standard error, and write one message per query.",
+    )
+    im.add_argument("file", type=Path, metavar="FILE", help="the judgments ('-': standard "
+                    "input)")
+    im.add_argument("--format", choices=("auto", "csv", "qrels"), default="auto",
+                    help="the file's format (default: qrels when its first line is four "
+                    "whitespace-separated fields, else CSV)")
+    im.add_argument("--underscores", action="store_true",
+                    help="read every _ of a qrels topic as a blank (the topics of "
+                    "judgments from-clicks --format qrels are query texts so written)")
+    im.add_argument("--aggregate", choices=("mean", "median", "majority"), default="mean",
+                    help="several raters' ratings of a pair become its label by this "
+                    "(rounded half up; default mean)")
+    im.add_argument("--as", dest="as_type", choices=("qrels", "judgment"), default="qrels",
+                    help="qrels messages (labels without a ranking), or the judgment messages "
+                    "of one judged sample (default qrels)")
+    im.add_argument("--sample-id", metavar="ID", help="with --as judgment: the sample's id")
+    im.add_argument("--qrels-id", metavar="ID", help="the qrels messages' qrels_id")
+    im.add_argument("--query-class", metavar="CLASS", help="every message's query_class")
+    im.add_argument("--timestamp", metavar="TIME", help="the messages' time, ISO 8601 with an "
+                    "offset (default: now)")
+    im.add_argument("-o", "--output", type=Path, help="JSONL file (default: standard output)")
+    im.add_argument("--kafka", "--brokers", dest="kafka", metavar="HOST:PORT",
+                    help="produce to the judgments topic of this Kafka cluster instead")
+    im.add_argument("--topic", help="with --kafka: the topic (default [kafka] "
+                    "judgments_topic: search-judgments)")
+    im.add_argument("--config", type=Path, help="TOML configuration: [offline] max_labels, "
+                    "[kafka] judgments_topic and security (default: built-in)")
+    im.set_defaults(handler=_lazy("judgments"))
+
+    sm = commands.add_parser(
+        "sample", help="queries of search logs picked for judging, with their served results",
+        description="Pick COUNT queries of EVENTS (every input replay reads) for judging, "
+        "each with the result list it was last served, as CSV (a row per result) or JSON. "
+        "Only queries at least --min-sessions distinct sessions issued can be picked.",
+    )
+    sm.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="event file")
+    sm.add_argument("-n", "--count", type=_positive, default=100, metavar="COUNT",
+                    help="queries to pick (default 100)")
+    sm.add_argument("--method", choices=("random", "top", "pps"), default="pps",
+                    help="at random, the most searched, or with probability proportional to "
+                    "searches (default pps)")
+    sm.add_argument("--by", action="append", metavar="class|DIMENSION",
+                    help="stratify: by the query class, or by a slice dimension of the "
+                    "queries' attributes (platform, locale, ...); repeatable")
+    sm.add_argument("--format", choices=("csv", "json"), default="csv",
+                    help="CSV, a row per served result, or JSON (default csv)")
+    sm.add_argument("--seed", type=int, default=1, help="the random picks' seed (default 1)")
+    sm.add_argument("--min-sessions", type=_positive, metavar="K",
+                    help="the k-anonymity floor (default: [query_lists] min_sessions, 5)")
+    sm.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
+                    "[query_classes], [slices], the query lists' normalisation (default: "
+                    "built-in)")
+    sm.set_defaults(handler=_lazy("sample"))
 
 
 def _eval(args: argparse.Namespace) -> int:

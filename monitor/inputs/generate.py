@@ -426,6 +426,28 @@ def first_click(attractiveness: Sequence[float]) -> list[float]:
     return found
 
 
+def examination_probabilities(grades: Sequence[int]) -> list[float]:
+    """The probability that the cascade examines the result at each position of a list whose
+    results have hidden ``grades`` (in order), for a query without a true effect or an
+    interleaving preference: position 1 is examined with ``EXAMINATION[0]``, and position
+    ``k + 1`` when ``k`` was, its result did not both attract and satisfy, and the scan goes
+    on (``EXAMINATION[k]``). The truth that the position bias of a click model estimates."""
+    found = []
+    reached = 1.0
+    for examined, grade in zip(EXAMINATION, grades, strict=False):
+        reached *= examined
+        found.append(reached)
+        reached *= 1 - ATTRACTIVENESS[grade] * SATISFACTION[grade]
+    return found
+
+
+def true_grades(world: World) -> dict[tuple[str, str], int]:
+    """The hidden grade of every (query text, document) pair of ``world``: what clicks are
+    drawn from (``ATTRACTIVENESS``, ``SATISFACTION``) and judges label (``JUDGE_NOISE``)."""
+    return {(query.text, doc): grade for query in world.queries
+            for doc, grade in query.relevance.items()}
+
+
 def team_outcomes(attractiveness: Sequence[float], satisfaction: Sequence[float],
                   teams: Sequence[int]) -> tuple[float, float, float]:
     """The probabilities that the cascade, on a list whose results belong to ``teams`` (0:

@@ -1,0 +1,215 @@
+"""``searchmon judgments from-clicks`` and ``searchmon judgments import``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from monitor.cli.common import EXIT_OK, UsageError, load
+from monitor.config import Config
+
+if TYPE_CHECKING:
+    from monitor.offline.clicks import ClickLog
+    from monitor.offline.judgment_files import Judged, Rating
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.action == "from-clicks":
+        return from_clicks(args)
+    return import_judgments(args)
+
+
+def note(text: str) -> None:
+    print(f"searchmon judgments: {text}", file=sys.stderr)
+
+
+def read_log(paths: list[Path], config: Config, min_sessions: int) -> tuple[ClickLog, Counter[str]]:
+    """The click log of ``paths`` with the queries under the k-anonymity floor left out."""
+    from monitor.core.querylists import QueryLists
+    from monitor.inputs.clicklog import ClickLogReader, TooManySearches, decoded, read_all
+
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"cannot read {path}: no such file")
+    reader = ClickLogReader(min_sessions, QueryLists(config.query_lists).key)
+    try:
+        read_all(reader, decoded(paths, config))
+    except TooManySearches as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot read the events: {error}") from None
+    log = reader.finish().public(min_sessions)
+    return log, log.counts
+
+
+def from_clicks(args: argparse.Namespace) -> int:
+    from monitor.offline.clicks import MODELS, THRESHOLDS, as_csv, as_json, as_qrels, kept
+
+    config = load(args.config)
+    if not config.query_lists.enabled:
+        raise UsageError("[query_lists] enabled = false: no query text may be shown")
+    thresholds = _thresholds(args.thresholds) if args.thresholds else THRESHOLDS[args.model]
+    min_sessions = args.min_sessions or config.query_lists.min_sessions
+    log, counts = read_log(args.events, config, min_sessions)
+    estimate = MODELS[args.model](log)
+    mask = kept(estimate, args.min_impressions)
+    for what, count in sorted(counts.items()):
+        if count:
+            note(f"{count:,} {what}")
+    note(f"{len(estimate.score):,} (query, document) pairs, {int(mask.sum()):,} shown at least "
+         f"{args.min_impressions} times, {int((~mask).sum()):,} left out")
+    if estimate.position_bias is not None:
+        curve = estimate.position_bias
+        first = curve[0] if len(curve) and not math.isnan(curve[0]) else math.nan
+        note("position bias (examination probability; relative to position 1): " + ", ".join(
+            f"{k}: {value:.3f} ({value / first:.3f})" for k, value in enumerate(curve, 1)
+            if not math.isnan(value)))
+    if estimate.parameters:
+        note("fitted: " + ", ".join(f"{name} {value:.4g}"
+                                    for name, value in estimate.parameters.items()))
+    if args.format == "csv":
+        sys.stdout.write(as_csv(estimate, mask))
+    elif args.format == "json":
+        sys.stdout.write(as_json(estimate, mask))
+    else:
+        unwritable = sum(1 for i in mask.nonzero()[0]
+                         if not estimate.docs[estimate.doc[i]]
+                         or any(c.isspace() for c in estimate.docs[estimate.doc[i]]))
+        if unwritable:
+            note(f"{unwritable:,} pairs left out of the qrels: their document id is empty or "
+                 "has whitespace")
+        sys.stdout.write(as_qrels(estimate, mask, thresholds))
+    return EXIT_OK
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(not math.isfinite(v) for v in values) or list(values) != sorted(
+            set(values)):
+        raise UsageError(f"--thresholds {text!r}: expected increasing numbers, the least score "
+                         "of each label from 1 up (0.5,1,2)")
+    return values
+
+
+def import_judgments(args: argparse.Namespace) -> int:
+    """``judgments import``: a CSV or qrels file as qrels or judgment messages."""
+    import time
+
+    from monitor.cli.common import parse_time
+    from monitor.offline.agreement import AGGREGATES
+    from monitor.offline.judgment_files import READERS, JudgmentFileError, labelled, sniff
+
+    config = load(args.config)
+    if args.as_type == "judgment" and not args.sample_id:
+        raise UsageError("--as judgment: give --sample-id (the judged sample the messages "
+                         "belong to)")
+    stamp = parse_time(args.timestamp, "--timestamp") if args.timestamp else time.time()
+    try:
+        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text(
+            encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {args.file}: {error}") from None
+    kind = sniff(text) if args.format == "auto" else args.format
+    try:
+        found = READERS[kind](text)
+    except JudgmentFileError as error:
+        raise UsageError(f"{args.file}: {error}") from None
+    if args.underscores and kind == "qrels":
+        found.ratings = [rating._replace(query=rating.query.replace("_", " "))
+                         for rating in found.ratings]
+    for reason, (count, first) in found.left_out.items():
+        note(f"{count:,} rows left out: {reason} (the first on line {first})")
+    if not found.ratings:
+        raise UsageError(f"{args.file}: no ratings (read as {kind})")
+    _agreement(found.ratings)
+    judged = list(labelled(found.ratings, AGGREGATES[args.aggregate]))
+    limit = config.offline.max_labels
+    too_many = [query for query in judged if len(query.labels) > limit]
+    for query in too_many:
+        note(f"query {query.query!r} left out: {len(query.labels):,} labels, more than "
+             f"[offline] max_labels ({limit:,}), which the daemon would reject")
+    lines = [_message(args, number, query, stamp) for number, query in enumerate(judged, 1)
+             if len(query.labels) <= limit]
+    note(f"{len(found.ratings):,} ratings of {sum(len(q.labels) for q in judged):,} pairs; "
+         f"{len(lines):,} {args.as_type} messages")
+    if args.kafka:
+        _produce(args, config, lines)
+        return EXIT_OK
+    out = args.output.open("wb") if args.output else sys.stdout.buffer
+    try:
+        for _, line in lines:
+            out.write(line + b"\n")
+    finally:
+        if args.output:
+            out.close()
+    return EXIT_OK
+
+
+def _message(args: argparse.Namespace, number: int, query: Judged,
+             stamp: float) -> tuple[str, bytes]:
+    """A query's labels as a message, with its Kafka key (the query text)."""
+    import json
+
+    from monitor.inputs.generate import rfc3339
+
+    message: dict[str, object] = {"type": args.as_type}
+    if args.as_type == "judgment":
+        message |= {"sample_id": args.sample_id, "timestamp": rfc3339(stamp),
+                    "query_id": f"{args.sample_id}-{number}", "query_text": query.query,
+                    "ranking": list(query.labels), "labels": query.labels}
+    else:
+        message |= {"timestamp": rfc3339(stamp), "query_text": query.query,
+                    "labels": query.labels}
+        if args.qrels_id:
+            message["qrels_id"] = args.qrels_id
+    if args.query_class:
+        message["query_class"] = args.query_class
+    return query.query, json.dumps(message, ensure_ascii=False,
+                                   separators=(",", ":")).encode()
+
+
+def _produce(args: argparse.Namespace, config: Config, lines: list[tuple[str, bytes]]) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    topic = args.topic or config.kafka.judgments_topic
+    try:
+        producer = KafkaProducer(bootstrap_servers=args.kafka, acks="all",
+                                 **config.kafka.client_options())
+        for key, line in lines:
+            producer.send(topic, key=key.encode(), value=line)
+        producer.flush()
+        producer.close()
+    except KafkaError as error:
+        raise UsageError(f"cannot produce to {args.kafka} ({topic}): {error}") from None
+    note(f"{len(lines):,} messages produced to {topic}")
+
+
+def _agreement(ratings: list[Rating]) -> None:
+    """The raters' agreement, on standard error, when the file has several raters."""
+    from monitor.offline.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
+    from monitor.offline.judgment_files import units
+
+    raters = sorted({rating.rater for rating in ratings})
+    if len(raters) < 2:
+        return
+    rated = units(ratings)
+    shared = sum(1 for labels in rated.values() if len(labels) >= 2)
+    figures = [f"{len(raters)} raters, {shared:,} pairs rated by two or more"]
+    if len(raters) == 2:
+        figures.append(f"Cohen's kappa {_figure(cohen_kappa(rated, *raters))}")
+    else:
+        figures.append(f"Fleiss' kappa {_figure(fleiss_kappa(rated))}")
+    figures.append(f"Krippendorff's alpha (nominal) {_figure(krippendorff_alpha(rated))}")
+    note("agreement: " + "; ".join(figures))
+
+
+def _figure(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.3f}"

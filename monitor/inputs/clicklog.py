@@ -1,0 +1,345 @@
+"""Search logs as impressions and clicks, for the click models of ``monitor.offline.clicks``
+and the query sampling of ``monitor.offline.sampling``.
+
+Every line goes through the decoder chain, as ``searchmon replay`` reads it (native events,
+UBI records, ``_bulk`` exports, ``<index>\\t<json>`` lines, gzip), in any order: a click may
+come before its query. What a search showed is its logged result list (positions 1..n);
+when the list was not logged (``results_known`` false, a UBI query without hit ids), its
+impression events. A click is on the result at its position, or, without a position, on its
+document. Queries are keyed by their text as the query lists key it (normalised, redacted).
+
+Duplicates count once: a search is its ``query_id`` (a second record of it adds nothing but
+a result list it lacked); a result is clicked or not, however many clicks it had.
+
+Memory grows with the searches read (a few dozen bytes per result shown), up to
+``max_searches``: beyond, the reading stops with ``TooManySearches``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
+from zlib import crc32
+
+import numpy as np
+
+from monitor.config import Config
+from monitor.inputs.chain import DecoderChain, Result
+from monitor.inputs.events import (
+    SESSION_OF_QUERY,
+    ClickEvent,
+    Decoded,
+    ImpressionEvent,
+    JudgedMessage,
+    QueryEvent,
+    Rejection,
+)
+from monitor.inputs.files import lines
+from monitor.offline.clicks import MAX_POSITION, ClickLog, Column
+
+MAX_SEARCHES = 5_000_000
+"""The searches one reading keeps by default."""
+
+
+class TooManySearches(Exception):
+    """The input has more searches than the reading may keep."""
+
+
+@dataclass
+class ClickLogReader:
+    """Gathers decoded events into a ``ClickLog``."""
+
+    min_sessions: int
+    key: Any
+    """``str -> str``: a query text as the lists key it (``QueryLists.key``)."""
+    max_searches: int = MAX_SEARCHES
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._queries: dict[str, int] = {}
+        self._sessions: list[list[int]] = []
+        self._docs: dict[str, int] = {}
+        self._searches: dict[str, int] = {}
+        self._search_query = array("q")  # -1: no query record read (yet)
+        self._search_time = array("d")
+        self._listed = bytearray()  # the search's result list was logged
+        # search, doc (-1 for a click without one), position: 9 bytes a row
+        self._rows = (array("i"), array("i"), array("B"))
+        self._impressions = (array("i"), array("i"), array("B"))
+        self._clicks = (array("i"), array("i"), array("B"))
+
+    def add(self, result: Result) -> None:
+        """One result of the decoder chain (rejections and judged messages are counted)."""
+        if type(result) is Rejection:
+            self.counts[f"rejected: {result.reason}"] += 1
+            return
+        if type(result) is not tuple:
+            self.counts["judged messages" if type(result) is JudgedMessage
+                        else "actions not measured"] += 1
+            return
+        time, event = cast(Decoded, result)
+        if type(event) is QueryEvent:
+            self._query(time, event)
+        elif type(event) is ClickEvent:
+            doc = self._doc(event.doc_id) if event.doc_id else -1
+            if doc < 0 and not event.position:
+                self.counts["clicks without a document or a position"] += 1
+                return
+            self._append(self._clicks, self._search(event.query_id), doc, event.position)
+        elif type(event) is ImpressionEvent:
+            if event.query_id is None or not event.doc_id or not event.position:
+                self.counts["impressions without a query, a document or a position"] += 1
+                return
+            self._append(self._impressions, self._search(event.query_id),
+                         self._doc(event.doc_id), event.position)
+
+    def _query(self, time: float, event: QueryEvent) -> None:
+        search = self._search(event.query_id)
+        if self._search_query[search] < 0:
+            key = self.key(event.query_text)
+            query = self._queries.get(key)
+            if query is None:
+                query = self._queries[key] = len(self._sessions)
+                self._sessions.append([])
+            self._search_query[search] = query
+            self._search_time[search] = time
+            seen = self._sessions[query]
+            if len(seen) < self.min_sessions:
+                session = event.session_id
+                if session.startswith(SESSION_OF_QUERY):
+                    session = session[1:]
+                hashed = crc32(session.encode())
+                if hashed not in seen:
+                    seen.append(hashed)
+        results = event.result_ids
+        if event.results_known and results and not self._listed[search]:
+            self._listed[search] = 1
+            if len(results) > MAX_POSITION:
+                self.counts[f"results shown or clicked below position {MAX_POSITION}"] += (
+                    len(results) - MAX_POSITION)
+                results = results[:MAX_POSITION]
+            docs = self._docs
+            index = docs.setdefault  # a new document gets the next index
+            searches, shown, positions = self._rows
+            searches.extend([search] * len(results))
+            shown.extend([index(d, len(docs)) for d in results])
+            positions.extend(range(1, len(results) + 1))
+
+    def _search(self, query_id: str) -> int:
+        search = self._searches.get(query_id)
+        if search is None:
+            search = len(self._searches)
+            if search >= self.max_searches:
+                raise TooManySearches(
+                    f"more than {self.max_searches:,} searches: read fewer files at a time")
+            self._searches[query_id] = search
+            self._search_query.append(-1)
+            self._search_time.append(float("-inf"))
+            self._listed.append(0)
+        return search
+
+    def _doc(self, doc_id: str) -> int:
+        return self._docs.setdefault(doc_id, len(self._docs))
+
+    def _append(self, columns: tuple[array[int], array[int], array[int]], search: int,
+                doc: int, position: int) -> None:
+        if position > MAX_POSITION:
+            self.counts[f"results shown or clicked below position {MAX_POSITION}"] += 1
+            return
+        columns[0].append(search)
+        columns[1].append(doc)
+        columns[2].append(position)
+
+    def searches(self) -> SearchTable:
+        """Per search: its query (-1: no query record), event time and shown documents."""
+        return SearchTable(
+            np.frombuffer(self._search_query, dtype=np.int64).copy(),
+            np.frombuffer(self._search_time, dtype=np.float64).copy(),
+            list(self._queries), self._search_rows(),
+        )
+
+    def _search_rows(self) -> tuple[Column, Column, Column]:
+        """search, doc, position of every result shown, ordered by search then position: the
+        logged lists, and the impression events of the searches without one (each (search,
+        position, doc) once)."""
+        search, doc, position = (_column(c) for c in self._rows)
+        shown = [_column(c) for c in self._impressions]
+        if len(shown[0]):
+            listed = np.frombuffer(bytes(self._listed), dtype=np.uint8).astype(bool)
+            own = ~listed[shown[0]]
+            self.counts["impression events of searches with a logged list"] += int(
+                np.count_nonzero(~own))
+            unique = np.unique(np.stack([c[own].astype(np.int64) for c in shown]), axis=1)
+            search = np.concatenate([search, unique[0].astype(np.int32)])
+            doc = np.concatenate([doc, unique[1].astype(np.int32)])
+            position = np.concatenate([position, unique[2].astype(np.uint8)])
+        elif len(search) < 2 or bool(np.all(search[1:] >= search[:-1])):
+            return search, doc, position  # each list appended whole, searches in order
+        order = np.lexsort((position, search))
+        return search[order], doc[order], position[order]
+
+    def finish(self) -> ClickLog:
+        """The click log of everything read (every query, whatever its sessions)."""
+        table = self.searches()
+        search, doc, position = table.rows
+        query = table.query[search].astype(np.int32)
+        orphan = query < 0
+        if np.any(orphan):
+            self.counts["results shown for searches without a query record"] += int(
+                np.count_nonzero(orphan))
+        clicked = np.zeros(len(search), dtype=bool)
+        self._match_clicks(search, doc, position, clicked)
+        sessions = np.array([len(s) for s in self._sessions], dtype=np.int64)
+        if np.any(orphan):
+            keep = ~orphan
+            search, query, doc, position, clicked = (
+                search[keep], query[keep], doc[keep], position[keep], clicked[keep])
+        return ClickLog(search, query, doc, position, clicked, table.queries,
+                        list(self._docs), sessions, Counter(self.counts))
+
+    def _match_clicks(self, search: Column, doc: Column, position: Column,
+                      clicked: np.ndarray[Any, np.dtype[np.bool_]]) -> None:
+        """Mark the rows clicked: by (search, position) when the click has a position and
+        the row there is its document (or it names none); else by (search, document)."""
+        click_search, click_doc, click_position = (
+            _column(c).astype(np.int64) for c in self._clicks)
+        if not len(click_search):
+            return
+        if not len(search):
+            self.counts["clicks of searches whose results are unknown"] += len(click_search)
+            return
+        # rows are ordered by search then position: this key is sorted
+        by_position = search.astype(np.int64) * (MAX_POSITION + 1) + position
+        wanted = click_search * (MAX_POSITION + 1) + click_position
+        at = np.minimum(np.searchsorted(by_position, wanted), len(search) - 1)
+        del by_position
+        hit = (click_position > 0) & (search[at] == click_search) & (
+            position[at] == click_position) & ((click_doc < 0) | (doc[at] == click_doc))
+        clicked[at[hit]] = True
+        missing = ~hit
+        rest = missing & (click_doc >= 0)
+        if np.any(rest):
+            by_doc = (search.astype(np.int64) << 32) | doc
+            order = np.argsort(by_doc, kind="stable")
+            sorted_keys = by_doc[order]
+            del by_doc
+            wanted_doc = (click_search[rest] << 32) | click_doc[rest]
+            found = np.minimum(np.searchsorted(sorted_keys, wanted_doc), len(search) - 1)
+            matched = sorted_keys[found] == wanted_doc
+            clicked[order[found[matched]]] = True
+            missing[np.flatnonzero(rest)[matched]] = False
+        if np.any(missing):
+            known = np.isin(click_search[missing], search)
+            self.counts["clicks of searches whose results are unknown"] += int(
+                np.count_nonzero(~known))
+            self.counts["clicks on a result not shown"] += int(np.count_nonzero(known))
+
+
+def _column(values: array[int]) -> Column:
+    """An accumulated column as an array (a view of its buffer: read-only)."""
+    return np.frombuffer(values, dtype={"i": np.int32, "B": np.uint8}[values.typecode])
+
+
+@dataclass(frozen=True)
+class SearchTable:
+    """Per search: ``query`` (index of ``queries``; -1: no query record read), ``time``
+    (event time), and ``rows``: (search, doc, position) of every result shown."""
+
+    query: np.ndarray[Any, np.dtype[np.int64]]
+    time: np.ndarray[Any, np.dtype[np.float64]]
+    queries: list[str]
+    rows: tuple[Column, Column, Column]
+
+
+class _Reader(Protocol):
+    def add(self, result: Result) -> None: ...
+
+
+Reader = TypeVar("Reader", bound=_Reader)
+
+
+def read_all(reader: Reader, results: Iterable[Result]) -> Reader:
+    """Every result into ``reader``."""
+    add = reader.add
+    for result in results:
+        add(result)
+    return reader
+
+
+def decoded(paths: Iterable[Path], config: Config) -> Iterator[Result]:
+    """Every non-blank line of ``paths``, in file order, through the decoder chain."""
+    chain = DecoderChain(config)
+    read = chain.read
+    for path in paths:
+        for _, _, line, hint in lines(path):
+            if line.strip():
+                yield read(line, hint)
+
+
+@dataclass
+class QueryRecord:
+    """What the sampling of queries knows of one query key in one slice: its searches, its
+    distinct sessions (up to the k-anonymity floor), its class (that of its latest search)
+    and its most recent served list (that of its latest search with a logged list)."""
+
+    searches: int = 0
+    sessions: list[int] = field(default_factory=list)
+    query_class: str = ""
+    served_at: float = float("-inf")
+    results: list[str] = field(default_factory=list)
+
+
+@dataclass
+class QueryTallyReader:
+    """Gathers the query events of decoded results into a ``QueryRecord`` per key and slice
+    (a search counts once per ``query_id``). ``dimensions``: those of the slices, read from
+    the queries' ``attributes`` (``unknown`` where a query has none). Memory: a record per
+    distinct key and slice, and the ``query_id`` of every search (for the duplicates), up to
+    ``max_searches``."""
+
+    min_sessions: int
+    key: Any
+    """``str -> str``: a query text as the lists key it."""
+    classify: Any
+    """``QueryEvent -> str``: the query's class."""
+    dimensions: tuple[str, ...] = ()
+    max_searches: int = MAX_SEARCHES
+    records: dict[tuple[str, tuple[str, ...]], QueryRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def add(self, result: Result) -> None:
+        if type(result) is not tuple:
+            return
+        time, event = cast(Decoded, result)
+        if type(event) is not QueryEvent:
+            return
+        attributes = event.attributes or {}
+        key = (self.key(event.query_text),
+               tuple(attributes.get(name) or "unknown" for name in self.dimensions))
+        search = (event.query_id, key[0])  # another text under an id is another search
+        record = self.records.get(key)
+        if search not in self._seen:
+            if len(self._seen) >= self.max_searches:
+                raise TooManySearches(
+                    f"more than {self.max_searches:,} searches: read fewer files at a time")
+            self._seen.add(search)
+            if record is None:
+                record = self.records[key] = QueryRecord()
+            record.searches += 1
+            session = event.session_id.removeprefix(SESSION_OF_QUERY)
+            hashed = crc32(session.encode())
+            if len(record.sessions) < self.min_sessions and hashed not in record.sessions:
+                record.sessions.append(hashed)
+        if record is None:
+            return
+        if time >= record.served_at:
+            record.query_class = self.classify(event)
+            if event.results_known and event.result_ids:
+                record.served_at = time
+                record.results = list(event.result_ids)
