@@ -416,6 +416,32 @@ class OfflineConfig(Section):
         return canonical
 
 
+class ImplicitConfig(Section):
+    """Labels from clicks in the daemon (docs/concepts/implicit-judgments.md)."""
+
+    enabled: bool = False
+    """Fit a click model on the traffic of every ``interval`` and score the live queries
+    against its labels (``source="implicit"``)."""
+    model: Literal["coec", "pbm", "dbn", "sdbn"] = "coec"
+    """The click model: COEC is closed-form (milliseconds); the others fit by EM."""
+    interval: Annotated[Duration, Field(ge=60.0)] = 3600.0
+    """Event time between fits; each fit reads the searches of the interval before it."""
+    min_impressions: int = Field(default=10, ge=1)
+    """A (query, document) pair shown fewer times in an interval gets no label."""
+    thresholds: list[float] = []
+    """The least score of labels 1, 2, ...; empty: the model's documented thresholds."""
+    max_searches: int = Field(default=100_000, ge=1)
+    """The searches one interval keeps (per partition): the events of further searches in
+    the interval are left out, and counted."""
+
+    @field_validator("thresholds")
+    @classmethod
+    def _ascending(cls, thresholds: list[float]) -> list[float]:
+        if thresholds != sorted(thresholds) or len(set(thresholds)) != len(thresholds):
+            raise ValueError("thresholds must be distinct and ascending")
+        return thresholds
+
+
 class UbiConfig(Section):
     """How OpenSearch UBI records become events (docs/reference/events.md)."""
 
@@ -510,6 +536,7 @@ class Config(Section):
     slices: SlicesConfig = SlicesConfig()
     input: InputConfig = InputConfig()
     offline: OfflineConfig = OfflineConfig()
+    implicit: ImplicitConfig = ImplicitConfig()
     ubi: UbiConfig = UbiConfig()
     query_lists: QueryListsConfig = QueryListsConfig()
     experiments: list[ExperimentConfig] = []

@@ -292,8 +292,10 @@ def export(pipeline: Pipeline) -> Export:
             ),
         )
         for source in SOURCES for klass, name in classes for m, measure in enumerate(measures)
-        # every class's series from start-up; with dimensions, the slices judged so far
-        if plain or klass == OVERALL or (source, klass, m) in judged.histograms
+        # every class's series from start-up; with dimensions, the slices judged so far;
+        # the implicit source's once it scored a query
+        if ((plain or klass == OVERALL) and source != "implicit")
+        or (source, klass, m) in judged.histograms
     )
     offline = None
     if judged.active:

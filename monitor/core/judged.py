@@ -1,10 +1,12 @@
 """Rolling offline metrics from judged queries, and regression detection between samples.
 
-Judged queries come from two sources: ``sample`` (``judgment`` messages, grouped by
-``sample_id``) and ``live`` (live ``query`` events whose normalised text has stored ``qrels``
-labels). Each is scored with the configured measures by the offline engine, in batches, and
-feeds rolling windows per query class. A completed sample is compared with its baseline on the
-queries both share (paired by normalised query text). Pure: no clock, no I/O.
+Judged queries come from three sources: ``sample`` (``judgment`` messages, grouped by
+``sample_id``), ``live`` (live ``query`` events whose normalised text has stored ``qrels``
+labels) and ``implicit`` (live queries whose key has labels from a click model,
+``monitor.core.implicit``). Each is scored with the configured measures by the offline
+engine, in batches, and feeds rolling windows per query class. A completed sample is compared
+with its baseline on the queries both share (paired by normalised query text). Pure: no
+clock, no I/O.
 
 Baselines are kept per (class, measure) cell. Under the default policy, ``last_good``, a cell's
 baseline is the last sample not flagged for it: a regression stays flagged, sample after
@@ -44,7 +46,7 @@ from monitor.offline.measures import score
 from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
 from monitor.offline.spec import MeasureSpec, parse_measure
 
-SOURCES = ("sample", "live")
+SOURCES = ("sample", "live", "implicit")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))
 BATCH = 256
 OVERALL = -1
@@ -409,6 +411,8 @@ class JudgedState:
     last_completed_time: Float | None
     qrels_keys: list[str]
     qrels_labels: list[dict[str, Int]]
+    implicit_keys: list[str]
+    implicit_labels: list[dict[str, Int]]
     skipped: Int
     totals: CellsState
     judged_classes: list[Int]
@@ -497,6 +501,18 @@ def _judged_2_to_3(document: Any) -> Any:
     return document
 
 
+def _judged_4_to_5(document: Any) -> Any:
+    """Version 4 had no implicit labels: none yet, and empty windows of their scores."""
+    if isinstance(document, dict):
+        document["implicit_keys"], document["implicit_labels"] = [], []
+        windows = document.get("windows")
+        if isinstance(windows, list):
+            windows += [{**w, "source": "implicit", "buckets": [], "cells": []}
+                        for w in list(windows)
+                        if isinstance(w, dict) and w.get("source") == "live"]
+    return document
+
+
 def _judged_3_to_4(document: Any) -> Any:
     """Version 3 kept no precision-recall curve of its samples: theirs start empty (the
     page draws curves from the next completed sample on)."""
@@ -516,9 +532,9 @@ def _judged_3_to_4(document: Any) -> Any:
 class Judged:
     """The explicit state of the offline side."""
 
-    VERSION: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 5
     MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
-        1: _judged_1_to_2, 2: _judged_2_to_3, 3: _judged_3_to_4,
+        1: _judged_1_to_2, 2: _judged_2_to_3, 3: _judged_3_to_4, 4: _judged_4_to_5,
     }
 
     config: OfflineConfig
@@ -546,6 +562,9 @@ class Judged:
     verdicts: dict[tuple[int, int], Verdict] = field(default_factory=dict)
     last_completed_time: float | None = None
     qrels: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
+    implicit: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
+    """Labels from clicks per query key (as the query lists key a text), newest fit last:
+    at most ``qrels_capacity``."""
     skipped: int = 0
     totals: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
     """All-time sums and counts of sample scores per (class or OVERALL, measure)."""
@@ -605,12 +624,27 @@ class Judged:
         while len(self.qrels) > capacity:
             self.qrels.popitem(last=False)
 
+    def store_implicit(self, labels: Mapping[str, dict[str, int]]) -> None:
+        """The labels of a click model's fit, per query key (they replace a key's older)."""
+        capacity = self.config.qrels_capacity
+        implicit = self.implicit
+        for key, given in labels.items():
+            implicit[key] = given
+            implicit.move_to_end(key)
+        while len(implicit) > capacity:
+            implicit.popitem(last=False)
+
     def live_query(self, time: float, klass: int, text: str, results: Sequence[str]) -> None:
-        """A live query: scored when its normalised text has stored labels."""
+        """A live query: scored when its normalised text has stored labels (and under
+        ``implicit`` when its key has labels from clicks)."""
         key = normalise(text)
         labels = self.qrels.get(key)
         if labels is not None:
             self._queue(Pending("live", time, klass, key, None, results, labels))
+        if self.implicit:
+            found = self.implicit.get(self.show(key) if self.show is not None else key)
+            if found is not None:
+                self._queue(Pending("implicit", time, klass, key, None, results, found))
 
     def advance(self, time: float) -> None:
         """Move the offline clock, which bounds the time windows."""
@@ -679,7 +713,8 @@ class Judged:
         curves = self._curves_of(batch)
         for i, (pending, row) in enumerate(zip(batch, matrix.tolist(), strict=True)):
             if pending.sample_id is None:
-                self._drift(pending, row)
+                if pending.source == "live":  # (the worsened queries of the qrels join)
+                    self._drift(pending, row)
             else:
                 values = tuple(row)
                 self._count_sample_query(pending.klass, values)
@@ -1043,6 +1078,7 @@ class Judged:
             ],
             last_completed_time=self.last_completed_time,
             qrels_keys=list(self.qrels), qrels_labels=list(self.qrels.values()),
+            implicit_keys=list(self.implicit), implicit_labels=list(self.implicit.values()),
             skipped=self.skipped,
             totals=CellsState.of({k: [t, float(n)] for k, (t, n) in self.totals.items()}),
             judged_classes=list(self.judged_queries),
@@ -1196,6 +1232,15 @@ class Judged:
             require(all(-(2**31) <= v < 2**31 for v in labels.values()),
                     "judged state: a qrels label out of range")
         self.qrels = OrderedDict(zip(state.qrels_keys, state.qrels_labels, strict=True))
+        same_lengths("implicit labels", state.implicit_keys, state.implicit_labels)
+        require(len(state.implicit_keys) <= self.config.qrels_capacity,
+                "judged state: more implicit labels than the capacity")
+        for labels in state.implicit_labels:
+            require(all(-(2**31) <= v < 2**31 for v in labels.values()),
+                    "judged state: an implicit label out of range")
+        self.implicit = OrderedDict(
+            zip(state.implicit_keys, state.implicit_labels, strict=True)
+        )
         self.skipped = state.skipped
         self.totals = {
             key: (total, int(count))

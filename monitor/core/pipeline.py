@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
 
 from monitor.config import Config
-from monitor.core.classes import ALL, NEW, OTHER, QueryClasses
+from monitor.core.classes import ALL, NEW, OTHER, QueryClasses, normalise
 from monitor.core.experiments import Experiments, ExperimentsState
+from monitor.core.implicit import Implicit, ImplicitLabels
 from monitor.core.judged import OVERALL, Judged, JudgedState
 from monitor.core.online import (
     CLICK,
@@ -161,7 +162,7 @@ class LiveQuery:
     results: list[str]
 
 
-Forwarded = LiveQuery | JudgedMessage
+Forwarded = LiveQuery | JudgedMessage | ImplicitLabels
 Read = tuple[Accepted, Live] | JudgedMessage
 """A message ``Pipeline.read`` decoded and validated, for ``Pipeline.admit``."""
 
@@ -245,6 +246,11 @@ class Pipeline:
         self._query_ids: dict[str, int] = {}
         """Recent query ids: a hash of their session and text (``QUERY_IDS_KEPT``, oldest
         out; only the hash, so that the memory keeps no text alive)."""
+        self.implicit = Implicit(
+            config.implicit, config.query_lists.min_sessions,
+            self.lists.key if self.lists is not None else normalise,
+        ) if config.implicit.enabled else None
+        """Labels from clicks (``[implicit]``): a click model fitted every interval."""
         self._searches: OrderedDict[str, _Search] = OrderedDict()
         """Recent UBI searches (``SEARCHES_KEPT``, oldest out), for the records of a search
         that come after its first: in memory only, like ``_query_ids``."""
@@ -385,6 +391,10 @@ class Pipeline:
             if reason is not None:
                 return self._reject(reason, event)
             self.health.accepted += 1
+            if self.implicit is not None and accepted[1] <= CLICK:  # query, impression, click
+                fitted = self.implicit.add(accepted[0], event)
+                if fitted is not None:
+                    self._implicit_labels(fitted)
             if query:
                 event = cast(QueryEvent, event)
                 seen, ids = hash((event.session_id, event.query_text)), self._query_ids
@@ -504,6 +514,20 @@ class Pipeline:
                       exc_info=error)
         return Rejection(Reason.UNPROCESSABLE, f"{type(error).__name__}: {error}"[:300])
 
+    def _implicit_labels(self, fitted: ImplicitLabels) -> None:
+        """A click model's labels, to the judged state here or where it is held; live
+        queries are joined from then on."""
+        if self.forwarding:
+            self.forwarded.append(fitted)
+        else:
+            self._store_implicit(fitted)
+
+    def _store_implicit(self, fitted: ImplicitLabels) -> None:
+        self.judged.store_implicit(fitted.labels)
+        if fitted.labels:
+            self.judged.active = True
+            self.judged.advance(fitted.time)
+
     def _join_live(self, klass: int, time: float, text: str, results: list[str]) -> None:
         """A live query's served list, for the qrels join (here or where it is held)."""
         if not self.forwarding:
@@ -589,6 +613,8 @@ class Pipeline:
                     klass = holder.slices.place(item.slice, item.time)
                     holder.grow()
                     holder._live_query(klass, item.time, item.text, item.results)
+            elif isinstance(item, ImplicitLabels):
+                (holder if holder is not None else self)._store_implicit(item)
             else:
                 (holder if holder is not None else self)._apply(item)
         self.forward_live = holder is not None and holder.judged.active

@@ -143,6 +143,7 @@ def render(
         _online_total(export, shown, link(shown_view="hour"), selection) if view == "total"
         else _online_hour(recent or Recent(), shown, link(shown_view="total"), selection),
         _verdicts(export, shown, selection),
+        _by_source(export, shown, selection),
         _experiments(export),
     ]
     if queries is None:
@@ -376,6 +377,45 @@ def _verdicts(export: Export, shown: Sequence[str], selection: Selection) -> str
         rows,
     ) + _precision_recall(curves, regressions, selection.labels) + _acceptances(
         offline.acceptances)
+
+
+SOURCE_NAMES = {"sample": "human samples", "live": "live queries with human qrels",
+                "implicit": "live queries with labels from clicks"}
+
+
+def _by_source(export: Export, shown: Sequence[str], selection: Selection) -> str:
+    """The offline measures of the shortest time window, per source: human samples, the
+    live join with human qrels, and the implicit labels from clicks (shown once they scored
+    a query)."""
+    offline = export.offline
+    if offline is None:
+        return ""
+    windows = [m.window for m in offline.means if isinstance(m.window, float)]
+    if not windows or not any(m.source == "implicit" for m in offline.means):
+        return ""
+    shortest = min(windows)
+    means = {(m.slice, m.measure, m.source): m for m in offline.means
+             if m.window == shortest and isinstance(m.window, float)}
+    slices = list(dict.fromkeys(key[0] for key in means))
+    measures = list(dict.fromkeys(key[1] for key in means))
+    rows = []
+    for values in slices:
+        if values[0] not in shown or not selection.holds(values):
+            continue
+        for measure in measures:
+            cells = []
+            for source in SOURCE_NAMES:
+                found = means.get((values, measure, source))
+                cells.append("-" if found is None else
+                             f"{found.mean:.4f} <span class=muted>({found.queries:,})</span>")
+            rows.append([escape(_slice_text(selection.labels, values)), escape(measure),
+                         *cells])
+    return (f"<h2>Offline measures by source, last {escape(_duration(shortest))}</h2>"
+            "<p class=muted>Labels from clicks fill the gaps between human samples; they "
+            "can disagree with human labels (users trust the top results, and judge from "
+            "the snippet).</p>" + _table(
+                ["slice" if len(selection.labels) > 1 else "class", "measure",
+                 *SOURCE_NAMES.values()], rows))
 
 
 def _number(value: float | None, digits: int = 4) -> str:

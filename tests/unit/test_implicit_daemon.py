@@ -1,0 +1,77 @@
+"""Implicit judgments in the pipeline: every ``[implicit] interval`` a click model fitted on
+the traffic gives labels, and the live queries whose key has them are scored under
+``source="implicit"``: exported, kept in the state, shown on the status page."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from monitor.config import parse_config
+from monitor.core.classes import normalise
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
+from monitor.inputs.generate import Traffic, World, events, true_grades
+from monitor.serve.metrics import ExportCollector
+from monitor.serve.page import render
+from tests.support.checkpoints import round_trip
+
+CONFIG = parse_config(
+    '[implicit]\nenabled = true\nmodel = "coec"\ninterval = "1h"\nmin_impressions = 5\n'
+    '[query_lists]\nmin_sessions = 2\n'
+)
+
+
+def replayed(seed: int, hours: float) -> tuple[Pipeline, World]:
+    world = World.build(seed, size=300)
+    pipeline = Pipeline(CONFIG)
+    traffic = Traffic(seed=seed, duration=hours * 3600, sessions_per_second=2.0,
+                      malformed_rate=0, duplicate_rate=0)
+    for n, (_, _, line) in enumerate(events(world, traffic)):
+        pipeline.feed(line)
+        if n % 500 == 0:
+            pipeline.offline_tick(pipeline.sessions.newest, True)
+    pipeline.offline_tick(pipeline.sessions.newest, True)
+    return pipeline, world
+
+
+def test_labels_from_clicks_score_the_live_queries_under_the_implicit_source() -> None:
+    pipeline, world = replayed(seed=3, hours=2.5)
+    implicit = pipeline.judged.implicit
+    assert pipeline.implicit is not None and pipeline.implicit.fits == 2
+    assert len(implicit) >= 20, "the frequent queries are labelled"
+    # the labels follow the hidden relevance the clicks were drawn from
+    truth = {(normalise(text), doc): grade for (text, doc), grade in true_grades(world).items()}
+    pairs = [(label, truth[(key, doc)]) for key, labels in implicit.items()
+             for doc, label in labels.items() if (key, doc) in truth]
+    assert len(pairs) >= 100
+    high = [grade for label, grade in pairs if label >= 2]
+    low = [grade for label, grade in pairs if label == 0]
+    assert high and low and sum(high) / len(high) > sum(low) / len(low) + 0.5
+
+    figures = export(pipeline)
+    assert figures.offline is not None
+    scored = [m for m in figures.offline.means if m.source == "implicit"]
+    assert scored and all(0 <= m.mean <= 1 for m in scored)
+    overall = [m for m in scored if m.slice[0] == "all" and m.measure == "nDCG@10"]
+    assert overall and overall[0].queries >= 100
+    registry = CollectorRegistry()
+    registry.register(ExportCollector(lambda: figures))
+    text = generate_latest(registry).decode()
+    assert 'source="implicit"' in text
+    assert "search_judged_score_bucket{" in text
+    page = render(figures, None).decode()
+    assert "live queries with labels from clicks" in page
+
+    restored = round_trip(pipeline)
+    assert restored.judged.implicit == implicit, "the labels are kept in the state"
+
+
+def test_without_implicit_no_series_of_the_source_appear() -> None:
+    pipeline = Pipeline(parse_config(""))
+    traffic = Traffic(seed=4, duration=600, sessions_per_second=2.0)
+    for _, _, line in events(World.build(4, size=50), traffic):
+        pipeline.feed(line)
+    registry = CollectorRegistry()
+    registry.register(ExportCollector(lambda: export(pipeline)))
+    assert 'source="implicit"' not in generate_latest(registry).decode()
+    assert pipeline.implicit is None
