@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
@@ -54,8 +54,8 @@ class ClickLogReader:
     """Gathers decoded events into a ``ClickLog``."""
 
     min_sessions: int
-    key: Any
-    """``str -> str``: a query text as the lists key it (``QueryLists.key``)."""
+    key: Callable[[str], str]
+    """A query text as the lists key it (``QueryLists.key``)."""
     max_searches: int = MAX_SEARCHES
     counts: Counter[str] = field(default_factory=Counter)
 
@@ -302,10 +302,10 @@ class QueryTallyReader:
     ``max_searches``."""
 
     min_sessions: int
-    key: Any
-    """``str -> str``: a query text as the lists key it."""
-    classify: Any
-    """``QueryEvent -> str``: the query's class."""
+    key: Callable[[str], str]
+    """A query text as the lists key it."""
+    classify: Callable[[QueryEvent], str]
+    """The query's class."""
     dimensions: tuple[str, ...] = ()
     max_searches: int = MAX_SEARCHES
     records: dict[tuple[str, tuple[str, ...]], QueryRecord] = field(default_factory=dict)
