@@ -128,15 +128,15 @@ def import_judgments(args: argparse.Namespace) -> int:
         note(f"{count:,} rows left out: {reason} (the first on line {first})")
     if not found.ratings:
         raise UsageError(f"{args.file}: no ratings (read as {kind})")
-    _agreement(found.ratings)
+    agreement = _agreement(found.ratings)
     judged = list(labelled(found.ratings, AGGREGATES[args.aggregate]))
     limit = config.offline.max_labels
     too_many = [query for query in judged if len(query.labels) > limit]
     for query in too_many:
         note(f"query {query.query!r} left out: {len(query.labels):,} labels, more than "
              f"[offline] max_labels ({limit:,}), which the daemon would reject")
-    lines = [_message(args, number, query, stamp) for number, query in enumerate(judged, 1)
-             if len(query.labels) <= limit]
+    lines = [_message(args, number, query, stamp, agreement)
+             for number, query in enumerate(judged, 1) if len(query.labels) <= limit]
     note(f"{len(found.ratings):,} ratings of {sum(len(q.labels) for q in judged):,} pairs; "
          f"{len(lines):,} {args.as_type} messages")
     if args.kafka:
@@ -152,9 +152,10 @@ def import_judgments(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _message(args: argparse.Namespace, number: int, query: Judged,
-             stamp: float) -> tuple[str, bytes]:
-    """A query's labels as a message, with its Kafka key (the query text)."""
+def _message(args: argparse.Namespace, number: int, query: Judged, stamp: float,
+             agreement: dict[str, float]) -> tuple[str, bytes]:
+    """A query's labels as a message, with its Kafka key (the query text); a judgment
+    carries the raters' agreement over its sample, when there were several raters."""
     import json
 
     from monitor.inputs.generate import rfc3339
@@ -164,6 +165,8 @@ def _message(args: argparse.Namespace, number: int, query: Judged,
         message |= {"sample_id": args.sample_id, "timestamp": rfc3339(stamp),
                     "query_id": f"{args.sample_id}-{number}", "query_text": query.query,
                     "ranking": list(query.labels), "labels": query.labels}
+        if agreement:
+            message["agreement"] = agreement
     else:
         message |= {"timestamp": rfc3339(stamp), "query_text": query.query,
                     "labels": query.labels}
@@ -192,23 +195,29 @@ def _produce(args: argparse.Namespace, config: Config, lines: list[tuple[str, by
     note(f"{len(lines):,} messages produced to {topic}")
 
 
-def _agreement(ratings: list[Rating]) -> None:
-    """The raters' agreement, on standard error, when the file has several raters."""
+def _agreement(ratings: list[Rating]) -> dict[str, float]:
+    """The raters' agreement, on standard error, when the file has several raters; returned
+    by statistic (none: one rater)."""
     from monitor.offline.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
     from monitor.offline.judgment_files import units
 
     raters = sorted({rating.rater for rating in ratings})
     if len(raters) < 2:
-        return
+        return {}
     rated = units(ratings)
     shared = sum(1 for labels in rated.values() if len(labels) >= 2)
     figures = [f"{len(raters)} raters, {shared:,} pairs rated by two or more"]
+    found: dict[str, float | None] = {"raters": float(len(raters))}
     if len(raters) == 2:
-        figures.append(f"Cohen's kappa {_figure(cohen_kappa(rated, *raters))}")
+        found["cohen_kappa"] = kappa = cohen_kappa(rated, *raters)
+        figures.append(f"Cohen's kappa {_figure(kappa)}")
     else:
-        figures.append(f"Fleiss' kappa {_figure(fleiss_kappa(rated))}")
-    figures.append(f"Krippendorff's alpha (nominal) {_figure(krippendorff_alpha(rated))}")
+        found["fleiss_kappa"] = kappa = fleiss_kappa(rated)
+        figures.append(f"Fleiss' kappa {_figure(kappa)}")
+    found["krippendorff_alpha"] = alpha = krippendorff_alpha(rated)
+    figures.append(f"Krippendorff's alpha (nominal) {_figure(alpha)}")
     note("agreement: " + "; ".join(figures))
+    return {name: round(value, 6) for name, value in found.items() if value is not None}
 
 
 def _figure(value: float | None) -> str:

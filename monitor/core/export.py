@@ -139,6 +139,9 @@ class OfflineFigures:
     acceptances: tuple[AcceptanceFigures, ...] = ()
     trends: tuple[TrendFigures, ...] = ()
     curves: tuple[CurveFigures, ...] = ()
+    agreement: tuple[tuple[str, Float], ...] = ()
+    """The raters' agreement of the newest sample that gave one (statistic, value)."""
+    agreement_sample: str | None = None
 
 
 @dataclass(frozen=True)
@@ -351,6 +354,8 @@ def export(pipeline: Pipeline) -> Export:
             tuple(TrendFigures(name, measure, tuple(values))
                   for (name, measure), values in trends.items()),
             tuple(curves),
+            tuple(judged.agreement[1].items()) if judged.agreement else (),
+            judged.agreement[0] if judged.agreement else None,
         )
     sessions = pipeline.sessions
     figures = Export(

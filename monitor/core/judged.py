@@ -413,6 +413,9 @@ class JudgedState:
     qrels_labels: list[dict[str, Int]]
     implicit_keys: list[str]
     implicit_labels: list[dict[str, Int]]
+    agreement_sample: str | None
+    agreement_names: list[str]
+    agreement_values: list[Float]
     skipped: Int
     totals: CellsState
     judged_classes: list[Int]
@@ -505,6 +508,8 @@ def _judged_4_to_5(document: Any) -> Any:
     """Version 4 had no implicit labels: none yet, and empty windows of their scores."""
     if isinstance(document, dict):
         document["implicit_keys"], document["implicit_labels"] = [], []
+        document["agreement_sample"] = None
+        document["agreement_names"], document["agreement_values"] = [], []
         windows = document.get("windows")
         if isinstance(windows, list):
             windows += [{**w, "source": "implicit", "buckets": [], "cells": []}
@@ -563,6 +568,8 @@ class Judged:
     last_completed_time: float | None = None
     qrels: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
     implicit: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
+    agreement: tuple[str, dict[str, float]] | None = None
+    """The raters' agreement the newest sample that carried one gave, with its id."""
     """Labels from clicks per query key (as the query lists key a text), newest fit last:
     at most ``qrels_capacity``."""
     skipped: int = 0
@@ -599,8 +606,10 @@ class Judged:
 
     def judgment(
         self, sample_id: str, time: float, klass: int, text: str, ranking: Sequence[str],
-        labels: dict[str, int],
+        labels: dict[str, int], agreement: Mapping[str, float] | None = None,
     ) -> None:
+        if agreement:
+            self.agreement = (sample_id, dict(agreement))
         self.judgment_clock = max(self.judgment_clock, time)
         self.settle(self.judgment_clock)
         sample = self.open_samples.get(sample_id)
@@ -1079,6 +1088,9 @@ class Judged:
             last_completed_time=self.last_completed_time,
             qrels_keys=list(self.qrels), qrels_labels=list(self.qrels.values()),
             implicit_keys=list(self.implicit), implicit_labels=list(self.implicit.values()),
+            agreement_sample=self.agreement[0] if self.agreement else None,
+            agreement_names=list(self.agreement[1]) if self.agreement else [],
+            agreement_values=list(self.agreement[1].values()) if self.agreement else [],
             skipped=self.skipped,
             totals=CellsState.of({k: [t, float(n)] for k, (t, n) in self.totals.items()}),
             judged_classes=list(self.judged_queries),
@@ -1240,6 +1252,11 @@ class Judged:
                     "judged state: an implicit label out of range")
         self.implicit = OrderedDict(
             zip(state.implicit_keys, state.implicit_labels, strict=True)
+        )
+        same_lengths("agreement", state.agreement_names, state.agreement_values)
+        self.agreement = None if state.agreement_sample is None else (
+            state.agreement_sample,
+            dict(zip(state.agreement_names, state.agreement_values, strict=True)),
         )
         self.skipped = state.skipped
         self.totals = {

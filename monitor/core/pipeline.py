@@ -665,7 +665,7 @@ class Pipeline:
             self.grow()
             judged.judgment(
                 event["sample_id"], message.time, klass, event["query_text"], message.ranking,
-                dict(event["labels"]),
+                dict(event["labels"]), event.get("agreement"),
             )
         judged.active = True
         judged.advance(message.time)

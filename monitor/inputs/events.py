@@ -131,6 +131,9 @@ class Judgment(TypedDict):
     query_class: NotRequired[ReadOnly[str | None]]
     scores: NotRequired[ReadOnly[dict[str, Finite] | None]]
     attributes: NotRequired[ReadOnly[Attributes | None]]
+    agreement: NotRequired[ReadOnly[dict[str, Finite] | None]]
+    """The raters' agreement over the sample (``judgments import``): ``raters``,
+    ``cohen_kappa`` or ``fleiss_kappa``, ``krippendorff_alpha``."""
 
 
 class Qrels(TypedDict):

@@ -305,6 +305,12 @@ CATALOGUE: tuple[Family, ...] = (
            "Samples in a row flagged as a regression, up to the latest (present while "
            "search_judged_regression is 1).",
            _verdicts(lambda v: _flagged(v, v.flagged_samples)), (SLICE, "measure")),
+    Family("search_judged_rater_agreement", "gauge",
+           "The raters' agreement over the newest judged sample that carried one (statistic: "
+           "raters, cohen_kappa, fleiss_kappa, krippendorff_alpha).",
+           lambda f: [((name,), value) for name, value in
+                      (f.offline.agreement if f.offline is not None else ())],
+           ("statistic",), optional=True),
     Family("search_judged_last_sample_timestamp_seconds", "gauge",
            "Event time of the newest message of the newest completed judged sample.",
            _one(lambda f: f.offline.last_sample_time if f.offline is not None else None),

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from statsmodels.stats.inter_rater import cohens_kappa, fleiss_kappa
 
 from monitor.cli.common import EXIT_OK, EXIT_USAGE
 from monitor.cli.main import main
 from monitor.config import Config
+from monitor.core.export import export
+from monitor.core.pipeline import Pipeline
 from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import JudgedMessage
 from monitor.offline.agreement import (
@@ -35,6 +38,8 @@ from monitor.offline.judgment_files import (
     sniff,
     units,
 )
+from monitor.serve.metrics import ExportCollector
+from tests.support.checkpoints import round_trip
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -158,10 +163,26 @@ def test_import_writes_messages_the_daemon_reads(tmp_path: Path,
     messages = [chain.read(line) for line in out.read_bytes().splitlines()]
     assert all(type(m) is JudgedMessage for m in messages)
     first = json.loads(out.read_bytes().splitlines()[0])
+    agreement = first.pop("agreement")
     assert first == {"type": "judgment", "sample_id": "s-1",
                      "timestamp": "2026-11-22T10:00:00.000Z", "query_id": "s-1-1",
                      "query_text": "cheap flights", "ranking": ["d1", "d2"],
                      "labels": {"d1": 2, "d2": 0}}
+    assert agreement["raters"] == 2 and agreement["cohen_kappa"] == pytest.approx(1 / 7)
+    assert set(agreement) == {"raters", "cohen_kappa", "krippendorff_alpha"}
+    # the daemon exports the sample's agreement, and keeps it in its state
+    pipeline = Pipeline(Config())
+    for line in out.read_bytes().splitlines():
+        assert pipeline.feed(line) is None
+    pipeline.close()
+    figures = export(pipeline)
+    assert figures.offline is not None and figures.offline.agreement_sample == "s-1"
+    assert dict(figures.offline.agreement)["cohen_kappa"] == pytest.approx(1 / 7)
+    registry = CollectorRegistry()
+    registry.register(ExportCollector(lambda: figures))
+    assert 'search_judged_rater_agreement{statistic="cohen_kappa"} 0.142857' in (
+        generate_latest(registry).decode())
+    assert round_trip(pipeline).judged.agreement == pipeline.judged.agreement
 
 
 def test_import_of_qrels_makes_qrels_messages(capsys: pytest.CaptureFixture[str]) -> None:
