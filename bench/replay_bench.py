@@ -7,7 +7,10 @@
    - ours: the replay pipeline over the same file (decode, validate, classify, sessionize,
      count, keep the query lists), sessions closed at the end;
    - ours without the query lists (``[query_lists] enabled = false``): what they cost.
-   Prints the rates and the ratios ours / baseline (target >= 0.5).
+   Prints the rates and the ratios ours / baseline (target >= 0.5), and per line, for this
+   file and the mixed one: the bare loop, decoding (``Pipeline.read``: the decoder chain,
+   the timestamp, the class), the event time and counters (sessions, dedupe, lateness,
+   counts; the pipeline without the lists less decoding), and the query lists.
 2. The same file and a mixed one (below), each replayed by ``searchmon replay FILE`` as a
    whole process (interpreter, imports, report) against the bare ``json.loads`` loop over
    its lines (target >= 0.5, aim 1.0); with DuckDB installed (the test extra), also a DuckDB
@@ -199,6 +202,17 @@ def bare_json(path: Path) -> float:
 NO_LISTS = parse_config("[query_lists]\nenabled = false\n")
 
 
+def decoding(path: Path) -> float:
+    """Seconds to read the file's lines and decode and validate each (``Pipeline.read``:
+    the decoder chain, the timestamp, the query's class), admitting none."""
+    read = Pipeline(Config()).read
+    start = time.perf_counter()
+    with path.open("rb") as lines:
+        for line in lines:
+            read(line)
+    return time.perf_counter() - start
+
+
 def ours(path: Path, config: Config) -> tuple[float, Pipeline]:
     pipeline = Pipeline(config)
     log = RejectionLog(0)
@@ -266,6 +280,16 @@ def main() -> None:
             bare_s = min(bare_s, ours(path, NO_LISTS)[0])
         mixed = Path(tmp) / "mixed.jsonl"
         mixed_count = write_mixed(mixed, args.mixed)
+        stages = {}
+        for name, file in (("generated", path), ("mixed", mixed)):
+            best = [float("inf")] * 4
+            for _ in range(args.repeat):
+                for i, seconds in enumerate((
+                    bare_json(file), decoding(file), ours(file, NO_LISTS)[0],
+                    ours(file, Config())[0],
+                )):
+                    best[i] = min(best[i], seconds)
+            stages[name] = best
         wholes = {}
         for name, file in (("generated", path), ("mixed", mixed)):
             loop_s = whole_s = duck_s = float("inf")
@@ -284,6 +308,13 @@ def main() -> None:
     print(f"  without the query lists:     {bare_rate:12,.0f} events/s ({bare_s:.2f} s), "
           f"ratio {bare_rate / base_rate:.2f}")
     print(f"  the query lists cost:        {(ours_s - bare_s) / count * 1e6:12.2f} us per event")
+    print("per line, in microseconds (best of each; the pipeline's stages by difference):")
+    print(f"  {'':24}{'json.loads':>11}{'decoding':>10}{'event time':>12}{'lists':>8}"
+          f"{'pipeline':>10}")
+    for name, lines in (("generated", count), ("mixed", mixed_count)):
+        loop_s, decode_s, no_lists_s, lists_s = (s / lines * 1e6 for s in stages[name])
+        print(f"  {name + ' input':24}{loop_s:11.2f}{decode_s:10.2f}"
+              f"{no_lists_s - decode_s:12.2f}{lists_s - no_lists_s:8.2f}{lists_s:10.2f}")
     for name, lines in (("generated", count), ("mixed", mixed_count)):
         loop_s, whole_s, duck_s = wholes[name]
         print(f"`searchmon replay FILE` as a whole process, {name} input ({lines:,} lines):")

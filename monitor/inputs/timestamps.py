@@ -21,6 +21,8 @@ CACHED = 4096
 """Distinct ``YYYY-MM-DDTHH:MM:SS`` seconds remembered (the usual form is read through them),
 and as many of each other zone's (``Z`` or an offset, the common forms' seconds)."""
 SIGNS = frozenset("+-")
+MILLISECONDS = {f"{n:03d}": n / 1000.0 for n in range(1000)}
+"""The three digits of a fraction of the usual form, and the seconds they add."""
 
 
 def zone(name: str) -> tzinfo | None:
@@ -41,6 +43,7 @@ class Timestamps:
     def __init__(self, naive: tzinfo | None = None) -> None:
         self.naive = naive
         self._seconds_of: dict[str, float] = {}
+        """``YYYY-MM-DDTHH:MM:SS.`` of the usual form (UTC): its epoch seconds."""
         self._zoned: dict[str, int] = {}
         """``YYYY-MM-DDTHH:MM:SS`` and a zone (``Z`` or an offset): its epoch seconds."""
 
@@ -53,19 +56,22 @@ class Timestamps:
                 "timestamp: epoch milliseconds out of range" if type(stamp) is int
                 else "timestamp: expected an ISO 8601 string or epoch milliseconds"
             ))
-        if len(stamp) == 24 and stamp[23] == "Z" and stamp[4:20:3] == "--T::.":
-            millis = stamp[20:23]
-            if millis.isdigit() and millis.isascii():
-                second = self._seconds_of.get(stamp[:19])
-                if second is None:
-                    try:
-                        parsed = fromisoformat(stamp[:19] + "+00:00")
-                    except ValueError:
-                        return _malformed(stamp)
-                    if len(self._seconds_of) >= CACHED:
-                        self._seconds_of.clear()
-                    second = self._seconds_of[stamp[:19]] = parsed.timestamp()
-                return second + int(millis) / 1000.0
+        if len(stamp) == 24 and stamp[23] == "Z":
+            # the usual form: its seconds (with their ".") and its milliseconds looked up
+            second = self._seconds_of.get(stamp[:20])
+            if second is not None:
+                fraction = MILLISECONDS.get(stamp[20:23])
+                if fraction is not None:
+                    return second + fraction
+            elif stamp[4:20:3] == "--T::." and stamp[20:23] in MILLISECONDS:
+                try:
+                    parsed = fromisoformat(stamp[:19] + "+00:00")
+                except ValueError:
+                    return _malformed(stamp)
+                if len(self._seconds_of) >= CACHED:
+                    self._seconds_of.clear()
+                second = self._seconds_of[stamp[:20]] = parsed.timestamp()
+                return second + MILLISECONDS[stamp[20:23]]
         if len(stamp) >= 20 and stamp[4:17:3] == "--T::":
             found = self._common(stamp)
             if found is not None:
