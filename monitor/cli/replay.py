@@ -136,17 +136,11 @@ def _sampling(lines: Iterable[Line], pipeline: Pipeline, history: Sampler) -> It
 
 
 def command(args: argparse.Namespace) -> int:
-    import ssl
-
     from monitor.core.history import Recent, recent
     from monitor.core.pipeline import RejectionLog
     from monitor.run.tuning import tune_for_throughput
-    from monitor.serve.openmetrics import Steps
-    from monitor.serve.page import Status
-    from monitor.serve.queries import query_state
     from monitor.serve.report import format_json as format_replay_json
     from monitor.serve.report import format_table, report
-    from monitor.serve.routes import serve
 
     if args.step is not None and args.report != "openmetrics":
         raise UsageError("--step: only with --report openmetrics (it times the samples of "
@@ -159,7 +153,11 @@ def command(args: argparse.Namespace) -> int:
         if not os.access(path, os.R_OK) or path.is_dir():
             raise UsageError(f"cannot read {path}: not a readable file")
     history = History() if args.serve else None
-    steps = Steps(args.step) if args.step is not None else None
+    steps = None
+    if args.step is not None:
+        from monitor.serve.openmetrics import Steps
+
+        steps = Steps(args.step)
     samplers = tuple(s for s in (history, steps) if s is not None)
     try:
         pipeline = replay_input(config, args.events, args.judgments, rejections,
@@ -180,7 +178,13 @@ def command(args: argparse.Namespace) -> int:
         sys.stdout.write(format_replay_json(result) if args.report == "json"
                          else format_table(result))
     sys.stdout.flush()
-    if args.serve:
+    if args.serve:  # the HTTP server's modules (asyncio among them) only when serving
+        import ssl
+
+        from monitor.serve.page import Status
+        from monitor.serve.queries import query_state
+        from monitor.serve.routes import serve
+
         figures = export(pipeline)
         state = query_state([pipeline], pipeline, config)
         status = Status(lambda: figures, lambda: result["queries"], lambda: state,

@@ -720,11 +720,12 @@ class Judged:
         batch, self.pending = self.pending, []
         matrix = self._scores_of(batch)
         curves = self._curves_of(batch)
+        # the worsened queries of the qrels join (not of the labels from clicks)
+        live = [i for i, pending in enumerate(batch) if pending.source == "live"]
+        if live:
+            self._drift_batch([batch[i] for i in live], matrix[live])
         for i, (pending, row) in enumerate(zip(batch, matrix.tolist(), strict=True)):
-            if pending.sample_id is None:
-                if pending.source == "live":  # (the worsened queries of the qrels join)
-                    self._drift(pending, row)
-            else:
+            if pending.sample_id is not None:
                 values = tuple(row)
                 self._count_sample_query(pending.klass, values)
                 sample = self.open_samples.get(pending.sample_id)
@@ -841,14 +842,81 @@ class Judged:
             for key in [k for k, (_, buckets) in keys.items() if max(buckets) < first]:
                 del keys[key]
 
-    def _drift(self, pending: Pending, row: Sequence[float]) -> None:
+    def _drift_batch(self, rows: list[Pending], matrix: FloatArray) -> None:
+        """The live queries of a scored batch (``matrix``: their scores) into the drift
+        buckets, exactly as one ``_drift`` per query in order would add them.
+
+        Live queries repeat: the queries of one key (of one class, in the same buckets)
+        are one group, placed once; their addends go to their bucket in one ``np.add.at``
+        per window, which adds them one by one in the batch's order (the same floats).
+        A key whose queries differ in class or bucket takes them one at a time."""
         show = self.show
         if show is None:
             return
-        shown = show(pending.key)
-        klass, time, clock = pending.klass, pending.time, self.clock
+        valid = ~np.isnan(matrix)
         # what one scored query adds to its bucket: its scores, then 1 per scored measure
-        addend = [v if v == v else 0.0 for v in row] + [1.0 if v == v else 0.0 for v in row]
+        addends = np.hstack([np.where(valid, matrix, 0.0), valid.astype(np.float64)])
+        halves = [length / 2 for length in self.drift]
+        places: dict[str, tuple[int, tuple[int, ...]] | None] = {}
+        """Per key: the class and buckets of all its queries; None when they differ."""
+        members: dict[str, list[int]] = {}
+        shown_of: list[str] = []
+        for i, pending in enumerate(rows):
+            shown = show(pending.key)
+            shown_of.append(shown)
+            time = pending.time
+            place = (pending.klass, tuple([int(time // half) for half in halves]))
+            known = places.get(shown, place)
+            places[shown] = place if known == place else None
+            members.setdefault(shown, []).append(i)
+        clock, windows = self.clock, list(self.drift.items())
+        cells: list[list[tuple[dict[int, list[float]], int]]] = [[] for _ in windows]
+        starts: list[list[list[float]]] = [[] for _ in windows]
+        slots = np.full((len(windows), len(rows)), -1, dtype=np.intp)
+        for i, shown in enumerate(shown_of):
+            placed = places[shown]
+            if placed is None:
+                self._drift(rows[i], addends[i].tolist(), shown)
+                continue
+            of_group = members[shown]
+            if of_group[0] != i:
+                continue  # placed with the first of its group
+            klass, indexes = placed
+            for w, (_, keys) in enumerate(windows):
+                index = indexes[w]
+                entry = keys.get(shown)
+                if entry is None or entry[0] != klass:
+                    entry = keys[shown] = (klass, {})
+                buckets = entry[1]
+                cell = buckets.get(index)
+                if cell is None:
+                    newest = max(index, *buckets) if buckets else index
+                    if index < newest - 3 or (
+                        clock > -math.inf and index < clock // halves[w] - 3
+                    ):
+                        if not buckets:
+                            del keys[shown]
+                        continue  # older than the two windows compared
+                    for old in [b for b in buckets if b < newest - 3]:
+                        del buckets[old]
+                    cell = [0.0] * addends.shape[1]  # 0.0 + the first addend: that addend
+                    buckets[index] = cell
+                slots[w, of_group] = len(cells[w])
+                cells[w].append((buckets, index))
+                starts[w].append(cell)
+        for w in range(len(windows)):
+            if not cells[w]:
+                continue
+            totals = np.array(starts[w], dtype=np.float64)
+            chosen = slots[w] >= 0
+            np.add.at(totals, slots[w, chosen], addends[chosen])
+            for (buckets, index), total in zip(cells[w], totals.tolist(), strict=True):
+                buckets[index] = total
+
+    def _drift(self, pending: Pending, addend: list[float], shown: str) -> None:
+        """One live query's ``addend`` (its scores, then 1 per scored measure) into the drift
+        buckets of its key ``shown``."""
+        klass, time, clock = pending.klass, pending.time, self.clock
         for length, keys in self.drift.items():
             half = length / 2
             index = int(time // half)

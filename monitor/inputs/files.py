@@ -59,7 +59,10 @@ def lines(path: Path) -> Iterator[Line]:
             yield from _bulk_lines(source, first, stream)
             return
         yield source, 1, first, None
-        yield from ((source, number, line, None) for number, line in enumerate(stream, 2))
+        # zipped in C: no Python frame resumed per line
+        yield from zip(
+            itertools.repeat(source), itertools.count(2), stream, itertools.repeat(None)
+        )
 
 
 def _bulk_lines(source: str, first: bytes, stream: BinaryIO) -> Iterator[Line]:

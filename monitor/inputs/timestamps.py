@@ -18,7 +18,11 @@ from monitor.inputs.events import MAX_EPOCH_MS, NAIVE, Reason, Rejection
 fromisoformat = datetime.fromisoformat
 
 CACHED = 4096
-"""Distinct ``YYYY-MM-DDTHH:MM:SS`` seconds remembered (the usual form is read through them)."""
+"""Distinct ``YYYY-MM-DDTHH:MM:SS`` seconds remembered (the usual form is read through them),
+and as many of each other zone's (``Z`` or an offset, the common forms' seconds)."""
+SIGNS = frozenset("+-")
+MILLISECONDS = {f"{n:03d}": n / 1000.0 for n in range(1000)}
+"""The three digits of a fraction of the usual form, and the seconds they add."""
 
 
 def zone(name: str) -> tzinfo | None:
@@ -30,11 +34,18 @@ class Timestamps:
     """Reads timestamps into epoch seconds under one policy (``naive``: the zone naive
     strings are read in, None to reject them). The usual form, ``YYYY-MM-DDTHH:MM:SS.fffZ``,
     is read through a cache of its seconds, each read once by ``fromisoformat`` (so exactly
-    what it reads); every other form by ``fromisoformat`` itself."""
+    what it reads); so are the other common forms, ``YYYY-MM-DDTHH:MM:SS`` with a fraction of
+    1 to 6 digits or none, then ``Z`` or an offset ``+HH:MM``/``-HH:MM`` (their seconds with
+    their zone read once by ``fromisoformat``, the fraction added in integer microseconds as
+    ``datetime.timestamp`` adds them: the same float); every other form by ``fromisoformat``
+    itself."""
 
     def __init__(self, naive: tzinfo | None = None) -> None:
         self.naive = naive
         self._seconds_of: dict[str, float] = {}
+        """``YYYY-MM-DDTHH:MM:SS.`` of the usual form (UTC): its epoch seconds."""
+        self._zoned: dict[str, int] = {}
+        """``YYYY-MM-DDTHH:MM:SS`` and a zone (``Z`` or an offset): its epoch seconds."""
 
     def read(self, stamp: int | str) -> float | Rejection:
         """Epoch seconds of ``stamp``, or the rejection of a malformed or naive one."""
@@ -45,19 +56,26 @@ class Timestamps:
                 "timestamp: epoch milliseconds out of range" if type(stamp) is int
                 else "timestamp: expected an ISO 8601 string or epoch milliseconds"
             ))
-        if len(stamp) == 24 and stamp[23] == "Z" and stamp[4:20:3] == "--T::.":
-            millis = stamp[20:23]
-            if millis.isdigit() and millis.isascii():
-                second = self._seconds_of.get(stamp[:19])
-                if second is None:
-                    try:
-                        parsed = fromisoformat(stamp[:19] + "+00:00")
-                    except ValueError:
-                        return _malformed(stamp)
-                    if len(self._seconds_of) >= CACHED:
-                        self._seconds_of.clear()
-                    second = self._seconds_of[stamp[:19]] = parsed.timestamp()
-                return second + int(millis) / 1000.0
+        if len(stamp) == 24 and stamp[23] == "Z":
+            # the usual form: its seconds (with their ".") and its milliseconds looked up
+            second = self._seconds_of.get(stamp[:20])
+            if second is not None:
+                fraction = MILLISECONDS.get(stamp[20:23])
+                if fraction is not None:
+                    return second + fraction
+            elif stamp[4:20:3] == "--T::." and stamp[20:23] in MILLISECONDS:
+                try:
+                    parsed = fromisoformat(stamp[:19] + "+00:00")
+                except ValueError:
+                    return _malformed(stamp)
+                if len(self._seconds_of) >= CACHED:
+                    self._seconds_of.clear()
+                second = self._seconds_of[stamp[:20]] = parsed.timestamp()
+                return second + MILLISECONDS[stamp[20:23]]
+        if len(stamp) >= 20 and stamp[4:17:3] == "--T::":
+            found = self._common(stamp)
+            if found is not None:
+                return found
         try:
             parsed = fromisoformat(stamp)
         except ValueError:
@@ -70,6 +88,42 @@ class Timestamps:
             return parsed.timestamp()
         except (OverflowError, ValueError):
             return _malformed(stamp)
+
+
+    def _common(self, stamp: str) -> float | None:
+        """A timestamp of a common form with a zone (see the class), or None for another
+        form (then ``fromisoformat`` reads it)."""
+        end = len(stamp)
+        zone = stamp[-1]
+        if zone == "Z":
+            end -= 1
+        elif end >= 25 and stamp[-6] in SIGNS and stamp[-3] == ":":
+            end -= 6
+            zone = stamp[end:]
+        else:
+            return None
+        micros = 0
+        if end > 19:  # a fraction
+            digits = stamp[20:end]
+            if stamp[19] != "." or not 1 <= len(digits) <= 6 or not (
+                digits.isdigit() and digits.isascii()
+            ):
+                return None
+            micros = int(digits) * 10 ** (6 - len(digits))
+        elif end != 19:
+            return None
+        key = stamp[:19] + zone
+        second = self._zoned.get(key)
+        if second is None:
+            try:
+                parsed = fromisoformat(key)
+                second = int(parsed.timestamp())
+            except (OverflowError, ValueError):
+                return None  # read (and rejected) by fromisoformat as a whole
+            if len(self._zoned) >= CACHED:
+                self._zoned.clear()
+            self._zoned[key] = second
+        return (second * 1_000_000 + micros) / 1_000_000
 
 
 def _malformed(stamp: str) -> Rejection:

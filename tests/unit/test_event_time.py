@@ -250,6 +250,43 @@ def test_timestamps_of_the_usual_form_read_as_fromisoformat_reads_them(
     assert got is None or want is None or abs(got - want) < 1e-6, stamp
 
 
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.sampled_from([
+        "2026-11-22T10:00:05Z", "2026-11-22T10:00:05.2Z", "2026-11-22T10:00:05.250000Z",
+        "2026-11-22T10:00:05.250+02:00", "2026-11-22T10:00:05-05:30",
+        "1969-12-31T23:59:59.999999+14:00", "2026-11-22T10:00:05.1234567Z",
+    ]),
+    st.lists(
+        st.tuples(st.integers(0, 31), st.sampled_from("0123456789:.-+TZ \u0663")),
+        max_size=3,
+    ),
+)
+def test_timestamps_of_the_other_common_forms_read_as_fromisoformat_reads_them(
+    form: str, changes: list[tuple[int, str]],
+) -> None:
+    """The cached reading of the other common forms (a fraction of 1 to 6 digits or none,
+    ``Z`` or an offset) gives exactly the float ``fromisoformat`` gives, or the same
+    rejection, on every variation of them; read twice (the second time from the cache)."""
+    from datetime import datetime
+
+    text = list(form)
+    for index, character in changes:
+        if index < len(text):
+            text[index] = character
+    stamp = "".join(text)
+    try:
+        parsed = datetime.fromisoformat(stamp)
+        want = parsed.timestamp() if parsed.tzinfo is not None else None
+    except (OverflowError, ValueError):
+        want = None
+    timestamps = Timestamps()
+    for _ in range(2):
+        read = timestamps.read(stamp)
+        got = None if isinstance(read, Rejection) else read
+        assert got == want, stamp
+
+
 def test_the_last_event_of_a_log_after_a_long_pause_is_not_lost(tmp_path: Path) -> None:
     """A log whose last query comes 40 minutes after the one before (past max_future, 5 min):
     with nothing after it to judge it by, it is judged against the wall clock, as ``run``

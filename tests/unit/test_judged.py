@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 
 from monitor.config import Config, OfflineConfig
-from monitor.core.judged import OVERALL, SOURCES, Judged
+from monitor.core.judged import OVERALL, SOURCES, Judged, Pending
 from monitor.core.pipeline import Pipeline
 from monitor.core.stats import paired_t_p_value, sign_flip_p_value
 from monitor.inputs.generate import Regression, Traffic, World, events
@@ -256,3 +256,39 @@ def test_bounded_windows_hold_the_means_of_the_queries_inside_on_generated_traff
                     checked += 1
             assert len(window.buckets) <= 61
     assert checked > 100
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_drift_of_a_batch_is_what_its_queries_add_one_by_one(seed: int) -> None:
+    """The live drift of a scored batch, its repeated keys placed once and their scores
+    added in one ``np.add.at`` per window, is exactly (the same floats, the same keys in the
+    same order) what its queries added one at a time in order give: keys with queries of two
+    classes, queries across a bucket boundary, queries too old for the windows, NaN scores."""
+    rng = np.random.default_rng(seed)
+
+    def judged() -> Judged:
+        offline_state = offline(windows=["1h", "2h"], measures=["P@2", "RR"])
+        offline_state.show = str.upper
+        offline_state.clock = 7200.0
+        return offline_state
+
+    batched, one_by_one = judged(), judged()
+    for round_, (spread, flips) in enumerate([(60.0, 0.0), (600.0, 0.02), (9000.0, 0.1)]):
+        drawn = rng.integers(0, 12, 200)
+        keys = [f"k{int(k)}" for k in drawn]
+        times = 7200.0 * round_ + 1000.0 - rng.uniform(0.0, spread, 200)
+        classes = [1 + int(k) % 2 + int(flip) for k, flip in
+                   zip(drawn, rng.random(200) < flips, strict=True)]
+        rows = [Pending("live", float(t), c, k, None, [], {}) for k, t, c in
+                zip(keys, times, classes, strict=True)]
+        matrix = rng.choice([0.0, 0.1, 0.3, 1.0 / 3.0, np.nan], (200, 2))
+        batched._drift_batch(rows, matrix)
+        valid = ~np.isnan(matrix)
+        addends = np.hstack([np.where(valid, matrix, 0.0), valid.astype(np.float64)])
+        for i, row in enumerate(rows):
+            one_by_one._drift(row, addends[i].tolist(), row.key.upper())
+        for state in (batched, one_by_one):
+            state.clock = 7200.0 * (round_ + 1)
+    assert any(len(keys) > 3 for keys in batched.drift.values()), "keys kept"
+    for length in batched.drift:
+        assert list(batched.drift[length].items()) == list(one_by_one.drift[length].items())
