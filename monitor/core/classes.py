@@ -146,8 +146,8 @@ class QueryClasses:
         room = len(self.index) - 1 < self.limit
         if room or self._earlier(time, watermark, pending is not None):
             return self._join(name, time, watermark) if add else NEW
-        if self.settled or self._rule(text):
-            return None
+        if self.settled or watermark == float("inf") or self._rule(text):
+            return None  # (an infinite watermark is a placement's: it never waits)
         if pending is None:
             if len(self.names) >= self._bound:
                 return None
