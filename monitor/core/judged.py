@@ -533,6 +533,36 @@ def _judged_3_to_4(document: Any) -> Any:
     return document
 
 
+def _index(clock: float, width: float) -> float:
+    """The bucket of ``width`` the clock is in (-inf before any event)."""
+    return clock // width if clock > -math.inf else -math.inf
+
+
+def _bucket(
+    keys: dict[str, tuple[int, dict[int, list[float]]]], shown: str, klass: int, index: int,
+    clock_index: float,
+) -> tuple[dict[int, list[float]], list[float] | None] | None:
+    """The drift buckets of key ``shown`` (of class ``klass``: another class starts them
+    over) and its cell for bucket ``index`` (None: new; the buckets older than the newest
+    four are dropped for it); None when ``index`` is older than the two windows compared
+    (``clock_index``: the clock's bucket, -inf before any)."""
+    entry = keys.get(shown)
+    if entry is None or entry[0] != klass:
+        entry = keys[shown] = (klass, {})
+    buckets = entry[1]
+    cell = buckets.get(index)
+    if cell is not None:
+        return buckets, cell
+    newest = max(index, *buckets) if buckets else index
+    if index < newest - 3 or index < clock_index - 3:
+        if not buckets:
+            del keys[shown]
+        return None
+    for old in [b for b in buckets if b < newest - 3]:
+        del buckets[old]
+    return buckets, None
+
+
 @dataclass
 class Judged:
     """The explicit state of the offline side."""
@@ -884,21 +914,11 @@ class Judged:
             klass, indexes = placed
             for w, (_, keys) in enumerate(windows):
                 index = indexes[w]
-                entry = keys.get(shown)
-                if entry is None or entry[0] != klass:
-                    entry = keys[shown] = (klass, {})
-                buckets = entry[1]
-                cell = buckets.get(index)
+                found = _bucket(keys, shown, klass, index, _index(clock, halves[w]))
+                if found is None:
+                    continue  # older than the two windows compared
+                buckets, cell = found
                 if cell is None:
-                    newest = max(index, *buckets) if buckets else index
-                    if index < newest - 3 or (
-                        clock > -math.inf and index < clock // halves[w] - 3
-                    ):
-                        if not buckets:
-                            del keys[shown]
-                        continue  # older than the two windows compared
-                    for old in [b for b in buckets if b < newest - 3]:
-                        del buckets[old]
                     cell = [0.0] * addends.shape[1]  # 0.0 + the first addend: that addend
                     buckets[index] = cell
                 slots[w, of_group] = len(cells[w])
@@ -920,22 +940,13 @@ class Judged:
         for length, keys in self.drift.items():
             half = length / 2
             index = int(time // half)
-            entry = keys.get(shown)
-            if entry is None or entry[0] != klass:
-                entry = keys[shown] = (klass, {})
-            buckets = entry[1]
-            cell = buckets.get(index)
-            if cell is None:
-                newest = max(index, *buckets) if buckets else index
-                if index < newest - 3 or (clock > -math.inf and index < clock // half - 3):
-                    if not buckets:
-                        del keys[shown]
-                    continue  # older than the two windows compared
-                buckets[index] = addend[:]
-                for old in [b for b in buckets if b < newest - 3]:
-                    del buckets[old]
-            else:
-                buckets[index] = [a + b for a, b in zip(cell, addend, strict=True)]
+            found = _bucket(keys, shown, klass, index, _index(clock, half))
+            if found is None:
+                continue  # older than the two windows compared
+            buckets, cell = found
+            buckets[index] = addend[:] if cell is None else [
+                a + b for a, b in zip(cell, addend, strict=True)
+            ]
 
     def drifted(self, length: float) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
         """Live-joined queries whose mean score over the last ``length`` of event time (the
