@@ -82,7 +82,7 @@ class ClickLogReader:
                         else "actions not measured"] += 1
             return
         time, event = cast(Decoded, result)
-        if type(event) is QueryEvent:
+        if isinstance(event, QueryEvent):  # (with [slices], a subclass with their fields)
             self._query(time, event)
         elif type(event) is ClickEvent:
             doc = self._doc(event.doc_id) if event.doc_id else -1
@@ -317,7 +317,7 @@ class QueryTallyReader:
         if type(result) is not tuple:
             return
         time, event = cast(Decoded, result)
-        if type(event) is not QueryEvent:
+        if not isinstance(event, QueryEvent):
             return
         attributes = event.attributes or {}
         key = (self.key(event.query_text),

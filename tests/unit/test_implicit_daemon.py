@@ -75,3 +75,18 @@ def test_without_implicit_no_series_of_the_source_appear() -> None:
     registry.register(ExportCollector(lambda: export(pipeline)))
     assert 'source="implicit"' not in generate_latest(registry).decode()
     assert pipeline.implicit is None
+
+
+def test_queries_with_dimension_values_are_read_too() -> None:
+    """With ``[slices]`` the decoder gives queries a struct with the dimensions' fields:
+    they are queries of the click log all the same."""
+    config = parse_config(
+        '[implicit]\nenabled = true\ninterval = "1h"\nmin_impressions = 5\n'
+        '[query_lists]\nmin_sessions = 2\n[slices]\ndimensions = ["platform"]\n'
+    )
+    pipeline = Pipeline(config)
+    traffic = Traffic(seed=3, duration=1.5 * 3600, sessions_per_second=2.0)  # platforms
+    for _, _, line in events(World.build(3, size=300), traffic):
+        pipeline.feed(line)
+    assert pipeline.implicit is not None and pipeline.implicit.fits == 1
+    assert len(pipeline.judged.implicit) >= 20
