@@ -231,8 +231,8 @@ class Pipeline:
         self._experiment_at = [names.index(e.attribute) for e in config.experiments]
         self._read_values: tuple[object, tuple[str, ...]] = (None, ())
         """The query ``read`` last read values of, and them: ``admit`` takes them again."""
-        """How a query's dimension values are read (``values``) by the decoders' rule."""
         self._values = self._dimensions_of.values if self._dimensions_of else None
+        """How a query's dimension values are read (``values``) by the decoders' rule."""
         self._sliced_query = self._dimensions_of.query if self._dimensions_of else QueryEvent
         """The query struct of the native decoder's fast path (``QueryEvent`` itself, or a
         subclass with the dimensions' top-level fields)."""
@@ -366,8 +366,10 @@ class Pipeline:
             sessions = self.sessions
             query = accepted[1] == QUERY
             if query:
-                event = cast(QueryEvent, event)
-                if event.event_id.startswith(QUERY_EVENT) and (
+                if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)
+                    event = cast(QueryEvent, event)
+                ubi = event.event_id.startswith(QUERY_EVENT)  # a UBI record: more may come
+                if ubi and (
                     self._query_ids.get(event.query_id) == hash(
                         (event.session_id, event.query_text)
                     )
@@ -413,7 +415,7 @@ class Pipeline:
                 klass = accepted[5]
                 if accepted[0] < self.slices.latest_first:  # before a set member's first
                     self.slices.saw(klass, accepted[0])
-                if event.event_id.startswith(QUERY_EVENT):  # a UBI search: more may come
+                if ubi:
                     self._search(event, klass, accepted)
                 counters = self.counters
                 counters.queries[klass] += 1
