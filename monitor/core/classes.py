@@ -47,6 +47,101 @@ class _Rule:
         return self.pattern is None or self.pattern.search(text) is not None
 
 
+MEMBER, JOINED, WAITING, OUT = 0, 1, 2, 3
+"""What ``EventTimeSet.place`` found a name to be (``NEW``: it would join, or start to wait)."""
+
+
+class EventTimeSet:
+    """A closed set of names learned in event time: the first ``limit`` names by their
+    first event, whatever the order of arrival within the allowed lateness.
+
+    A name whose first event is earlier than that of the newest member the watermark has
+    not passed takes its place (that member waits, ``pending``). While the set is full but
+    not settled, a name outside it waits too, with its first event time, since an earlier
+    event of it may still come; at most ``max_pending`` names wait (past that, a new name is
+    out at once). Once the watermark has passed every member's first event the set is
+    ``settled``: final (the watermark only advances, a first event time only moves back).
+    A configured set (``listed``) is fixed. Used by the query classes and by each dimension
+    of the slices."""
+
+    __slots__ = ("first", "fixed", "limit", "max_pending", "pending", "settled")
+
+    def __init__(self, listed: list[str] | None, limit: int) -> None:
+        self.fixed = listed is not None
+        self.limit = len(listed) if listed is not None else limit
+        self.max_pending = 4 * max(limit, 1)
+        self.first: dict[str, float] = dict.fromkeys(listed or (), float("-inf"))
+        """Each member's first event time (-inf: configured, or from before times were
+        kept)."""
+        self.pending: dict[str, float] = {}
+        """Names outside the set while it is full and not settled, with their first event
+        time."""
+        self.settled = self.fixed
+
+    def saw(self, name: str, time: float) -> None:
+        """An event of ``name`` at ``time``: a member's first event may be earlier than the
+        set knew."""
+        first = self.first.get(name)
+        if first is not None and time < first:
+            self.first[name] = time
+
+    def newest_open(self, watermark: float) -> str | None:
+        """The member whose first event is the newest, while the watermark has not passed
+        it (an earlier name may still come); None: every member is settled."""
+        if self.fixed or not self.first:
+            return None
+        name = max(self.first, key=self.first.__getitem__)
+        if self.first[name] >= watermark:
+            return name
+        if watermark < float("inf") and len(self.first) >= self.limit:
+            self.settled = True  # (an infinite watermark is a placement's, not event time)
+            self.pending.clear()
+        return None
+
+    def place(
+        self, name: str, time: float, watermark: float, add: bool, may_wait: bool = True
+    ) -> tuple[int, str | None]:
+        """What ``name``, with an event at ``time``, is: ``MEMBER``, ``JOINED`` (with the
+        member whose place it took, if any), ``WAITING``, ``OUT``, or, with ``add`` False,
+        ``NEW`` where it would join or start to wait (nothing changes then).
+        ``may_wait`` False: a name that would wait is out."""
+        seen = self.first.get(name)
+        if seen is not None:
+            if add and time < seen and not self.fixed:
+                self.first[name] = time
+            return MEMBER, None
+        if self.settled:  # the common case of a name outside a full set: no scan
+            return OUT, None
+        pending = self.pending
+        waited = pending.get(name)
+        if waited is not None and waited < time:
+            time = waited
+        if len(self.first) < self.limit:
+            if not add:
+                return NEW, None
+            pending.pop(name, None)
+            self.first[name] = time
+            return JOINED, None
+        if waited is None and len(pending) >= self.max_pending:
+            return OUT, None
+        newest = self.newest_open(watermark)
+        if newest is None:
+            return OUT, None
+        if time < self.first[newest]:
+            if not add:
+                return NEW, None
+            pending[newest] = self.first.pop(newest)  # it waits now
+            pending.pop(name, None)
+            self.first[name] = time
+            return JOINED, newest
+        if not may_wait:
+            return OUT, None
+        if not add:
+            return (WAITING if waited is not None else NEW), None
+        pending[name] = time
+        return WAITING, None
+
+
 @dataclass
 class QueryClasses:
     """Maps events to class indexes; ``names[index]`` is the label value, ``other`` is 0."""
@@ -60,17 +155,10 @@ class QueryClasses:
     index: dict[str, int] = field(default_factory=lambda: {OTHER: 0})
     rules: list[_Rule] = field(default_factory=list)
     _by_text: dict[str, int] = field(default_factory=dict, repr=False)
-    first: dict[str, float] = field(default_factory=dict)
-    """The first event time of each member learned from the queries (configured names and
-    rules' classes are members for good)."""
-    settled: bool = False
-    """No learned member can lose its place any more: the set is full and the watermark
-    has passed every member's first query (or the set is configured)."""
-    pending: dict[str, float] = field(default_factory=dict)
-    """Declared classes outside a full set that is not settled, with their first event
-    time: one may still take a member's place (until then its figures count as ``other``)."""
-    configured: int = 0
-    """Names of the configuration (and rules' classes): members for good."""
+    learned: EventTimeSet = field(default_factory=lambda: EventTimeSet([], 0))
+    """The classes learned from the queries, in event time (configured names and rules'
+    classes are members for good, outside it); a waiting class's figures count as
+    ``other`` until it joins."""
     _position: dict[str, int] = field(default_factory=lambda: {OTHER: 0}, repr=False)
     """Every name's index, members or not."""
     changes: list[tuple[str, bool]] = field(default_factory=list)
@@ -80,7 +168,6 @@ class QueryClasses:
     @classmethod
     def from_config(cls, config: QueryClassesConfig) -> QueryClasses:
         classes = cls(limit=config.max_query_classes, fixed=bool(config.names))
-        classes.settled = classes.fixed
         for name in config.names:
             classes.add(name)
         for rule in config.rules:
@@ -97,7 +184,9 @@ class QueryClasses:
                     rule.max_terms,
                 )
             )
-        classes.configured = len(classes.names) - 1
+        classes.learned = EventTimeSet(
+            [] if classes.fixed else None, classes.limit - (len(classes.names) - 1)
+        )
         return classes
 
     def classify(
@@ -111,8 +200,8 @@ class QueryClasses:
         if query_class is not None:
             found = self.index.get(query_class)
             if found is not None:
-                if add and not self.settled:
-                    self.saw(query_class, time)
+                if add and not self.learned.settled:
+                    self.learned.saw(query_class, time)
                 return found
             if not self.fixed and query_class and query_class != ALL:
                 declared = self._declared(query_class, text, add, time, watermark)
@@ -138,65 +227,22 @@ class QueryClasses:
         self, name: str, text: str, add: bool, time: float, watermark: float
     ) -> int | None:
         """A declared class outside the set: it joins (while there is room, or in the place
-        of a later member the watermark has not passed), or waits as ``pending`` while the
-        set may still change; None: it is not a class (the rules decide)."""
-        pending = self.pending.get(name)
-        if pending is not None and pending < time:
-            time = pending
-        room = len(self.index) - 1 < self.limit
-        if room or self._earlier(time, watermark, pending is not None):
-            return self._join(name, time, watermark) if add else NEW
-        if self.settled or watermark == float("inf") or self._rule(text):
-            return None  # (an infinite watermark is a placement's: it never waits)
-        if pending is None:
-            if len(self.names) >= self._bound:
-                return None
-            if not add:
-                return NEW
-            self.pending[name] = time
+        of a later member the watermark has not passed), or waits while the set may still
+        change (unless a rule classes its text); None: it is not a class (the rules
+        decide)."""
+        learned = self.learned
+        found, evicted = learned.place(
+            name, time, watermark, add, may_wait=not learned.settled and not self._rule(text)
+        )
+        if found == NEW:
+            return NEW
+        if found == WAITING:
             return self.add(name, member=False)
-        if add:
-            self.pending[name] = time
-        return self._position[name]
-
-    def saw(self, name: str, time: float) -> None:
-        """A query of the member ``name`` at event ``time``: its first query may be earlier
-        than the set knew."""
-        first = self.first.get(name)
-        if first is not None and time < first:
-            self.first[name] = time
-
-    def _newest_open(self, watermark: float) -> str | None:
-        """The learned member whose first query is the newest, while the watermark has not
-        passed it; None: none can lose its place (then, once full, the set is settled and
-        the pending classes stay out)."""
-        if self.first:
-            name = max(self.first, key=self.first.__getitem__)
-            if self.first[name] >= watermark:
-                return name
-        if watermark < float("inf") and len(self.index) - 1 >= self.limit:
-            self.settled = True  # (an infinite watermark is a placement's, not event time)
-            self.pending.clear()
-        return None
-
-    def _earlier(self, time: float, watermark: float, known: bool) -> bool:
-        """Whether a class whose first query is at ``time`` takes a full set's place."""
-        if self.settled or (not known and len(self.names) >= self._bound):
-            return False
-        newest = self._newest_open(watermark)
-        return newest is not None and time < self.first[newest]
-
-    def _join(self, name: str, time: float, watermark: float) -> int:
-        """``name`` joins the set at event ``time``, in the place of the newest member when
-        the set is full (that member waits as pending)."""
-        if len(self.index) - 1 >= self.limit:
-            newest = self._newest_open(watermark)
-            assert newest is not None, "a full set is joined only in an open member's place"
-            self.pending[newest] = self.first.pop(newest)
-            del self.index[newest]
-            self.changes.append((newest, False))
-        self.pending.pop(name, None)
-        self.first[name] = time
+        if found == OUT:
+            return None
+        if evicted is not None:
+            del self.index[evicted]
+            self.changes.append((evicted, False))
         self.changes.append((name, True))
         return self.add(name)
 
@@ -210,11 +256,6 @@ class QueryClasses:
         if member:
             self.index[name] = at
         return at
-
-    @property
-    def _bound(self) -> int:
-        """Class names known at most (members, pending and those that lost their place)."""
-        return 1 + self.configured + 4 * self.limit
 
     def snapshot(self) -> list[str]:
         """The class names, in index order (the other parts refer to them by index)."""
@@ -238,21 +279,20 @@ class QueryClasses:
         require(set(out) <= set(state[known:]), "query classes: an unknown class left")
         require(
             len(state) == known or (
-                not classes.fixed and len(state) - 1 - len(out) <= classes.limit
-                and len(state) <= classes._bound
+                not classes.fixed and len(state) - len(out) - known <= classes.learned.limit
+                and len(out) <= classes.learned.max_pending + classes.learned.limit
             ),
             "query classes: more than the configuration allows",
         )
         require(len(state) == layout.classes, "query classes: not as many as the state's")
         require(first is None or len(first) == len(state), "query classes: times of others")
-        for name in state[known:]:
-            classes.add(name)
-        for name, time in zip(state, first or (), strict=False):
-            if time is not None and name not in out and name in classes.index:
-                classes.first[name] = time
-        for name, time in zip(state, first or [None] * len(state), strict=True):
+        times = first or [None] * len(state)
+        for name, time in zip(state[known:], times[known:], strict=True):
             if name in out:
-                del classes.index[name]
+                classes.add(name, member=False)
                 if time is not None:
-                    classes.pending[name] = time
+                    classes.learned.pending[name] = time
+            else:  # (no time: from before they were kept, a member for good)
+                classes.add(name)
+                classes.learned.first[name] = float("-inf") if time is None else time
         return classes

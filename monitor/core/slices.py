@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from monitor.config import UNKNOWN, SlicesConfig
-from monitor.core.classes import NEW, OTHER, QueryClasses
+from monitor.core.classes import JOINED, NEW, OTHER, OUT, EventTimeSet, QueryClasses
 from monitor.core.snapshots import Float, Layout, Migration, require
 
 log = logging.getLogger(__name__)
@@ -46,35 +46,14 @@ def slice_key(labels: tuple[str, ...], values: Slice) -> str:
     return ",".join(f"{label}={value}" for label, value in zip(labels, values, strict=True))
 
 
-class Dimension:
-    """One dimension's closed value set, and the first event time of each member."""
+class Dimension(EventTimeSet):
+    """One dimension's closed value set, learned in event time."""
 
-    __slots__ = ("first", "fixed", "limit", "name", "pending", "settled")
+    __slots__ = ("name",)
 
     def __init__(self, name: str, listed: list[str] | None, limit: int) -> None:
+        super().__init__(listed, limit)
         self.name = name
-        self.fixed = listed is not None
-        self.limit = len(listed) if listed is not None else limit
-        self.first: dict[str, float] = dict.fromkeys(listed or (), float("-inf"))
-        self.settled = False
-        """Full, and the watermark has passed every member's first event: the set is final
-        (the watermark only advances, a first event time only moves back)."""
-        self.pending: dict[str, float] = {}
-        """Values outside the full set while it is not settled, with their first event
-        time: one may still take a member's place."""
-
-    def newest_open(self, watermark: float) -> str | None:
-        """The member whose first event is the newest, while the watermark has not passed
-        it (an earlier value may still come); None: every member is settled."""
-        if self.fixed or not self.first:
-            return None
-        value = max(self.first, key=self.first.__getitem__)
-        if self.first[value] >= watermark:
-            return value
-        if watermark < float("inf") and len(self.first) >= self.limit:
-            self.settled = True  # (an infinite watermark is a placement's, not event time)
-            self.pending.clear()
-        return None
 
 
 def _classes_2_to_3(document: Any) -> Any:
@@ -241,48 +220,22 @@ class Slices:
         is pending, or None: it would join (or start pending)."""
         if not raw or raw == UNKNOWN:
             return UNKNOWN
-        first = dimension.first
-        seen = first.get(raw)
-        if seen is not None:
-            if add and time < seen and not dimension.fixed:
-                first[raw] = time
-            return raw
-        if dimension.fixed or raw == OTHER or raw == "all" or (
-            len(raw) > self.config.max_value_chars
+        if raw not in dimension.first and (
+            raw == OTHER or raw == "all" or len(raw) > self.config.max_value_chars
         ):
             return OTHER
-        if dimension.settled:  # the common case of a value outside a full set: no scan
+        found, evicted = dimension.place(raw, time, watermark, add)
+        if found == NEW:
+            return None
+        if found == OUT:
             return OTHER
-        pending = dimension.pending
-        waited = pending.get(raw)
-        if waited is not None and waited < time:
-            time = waited
-        at = 1 + self.dimensions.index(dimension)
-        if len(first) < dimension.limit:
-            if add:
-                pending.pop(raw, None)
-                first[raw] = time
-                self.latest_first = max(self.latest_first, time)
-                self._readmit(at, raw)
-            return raw if add else None
-        newest = dimension.newest_open(watermark)
-        if newest is not None and time < first[newest]:
-            if not add:
-                return None
-            # it came earlier: it takes the newest member's place, which waits
-            pending[newest] = first.pop(newest)
-            pending.pop(raw, None)
-            first[raw] = time
-            self.latest_first = max(self.latest_first, time)
-            self._relabel(at, newest)
+        if found == JOINED:
+            self.latest_first = max(self.latest_first, dimension.first[raw])
+            at = 1 + self.dimensions.index(dimension)
+            if evicted is not None:
+                self._relabel(at, evicted)
             self._readmit(at, raw)
-            return raw
-        if newest is None or (waited is None and len(pending) >= 4 * dimension.limit):
-            return OTHER  # settled now, or too many waiting: it stays out for good
-        if not add:
-            return raw if waited is not None else None
-        pending[raw] = time
-        return raw
+        return raw  # a member, or waiting
 
     def _add_hidden(self, key: Slice, waiting: list[int]) -> int:
         """A slice for ``key`` whose values at the label positions ``waiting`` are pending:
@@ -321,7 +274,7 @@ class Slices:
                          "time: its figures so far count as other", name, self.classes.limit)
                 continue
             self._readmit(0, name)
-            self.latest_first = max(self.latest_first, self.classes.first[name])
+            self.latest_first = max(self.latest_first, self.classes.learned.first[name])
             if (name, *unknown) not in self.hidden:
                 self._add((name, *unknown))
 
@@ -362,8 +315,8 @@ class Slices:
         earlier than the sets knew."""
         name = self.names[index]
         classes = self.classes
-        if not classes.settled:
-            classes.saw(name[0], time)
+        if not classes.learned.settled:
+            classes.learned.saw(name[0], time)
         for dimension, value in zip(self.dimensions, name[1:], strict=False):
             if not dimension.settled:
                 first = dimension.first.get(value)
@@ -443,7 +396,7 @@ class Slices:
             [[None if d.fixed else t for t in d.first.values()] for d in self.dimensions],
             [list(name) for name in self.names], list(self.lists_by),
             [list(name) for name in self.list_names],
-            [self.classes.first.get(name, self.classes.pending.get(name))
+            [self.classes.learned.first.get(name, self.classes.learned.pending.get(name))
              for name in self.classes.names],
             [name for name in self.classes.names[1:] if name not in self.classes.index],
             [list(self._raw(i)) if any(i in was for was in self._was.values()) else None
@@ -518,7 +471,8 @@ class Slices:
         require(all((name, *unknown) in slices.index for name in classes.index),
                 "slices: a class without its slice")
         slices.latest_first = max(
-            [*classes.first.values(), *(t for d in slices.dimensions for t in d.first.values())],
+            [*classes.learned.first.values(),
+             *(t for d in slices.dimensions for t in d.first.values())],
             default=float("-inf"),
         )
         return slices
