@@ -282,6 +282,8 @@ def export(pipeline: Pipeline) -> Export:
     )
     measures = [str(spec) for spec in judged.specs]
     plain = not slices_of.dimensions
+    # the sources of judged scores: labels from clicks only with [implicit] enabled
+    sources = SOURCES if pipeline.config.implicit.enabled else SOURCES[:2]
     # the overall offline figures: query_class "all", no dimension value (never "all" there)
     overall = (ALL, *("" for _ in slices_of.dimensions))
     classes = [*((k, names[k]) for k in range(len(names)) if canonical(k)), (OVERALL, overall)]
@@ -294,11 +296,9 @@ def export(pipeline: Pipeline) -> Export:
                 judged.histogram_sums.get((source, klass, m), 0.0),
             ),
         )
-        for source in SOURCES for klass, name in classes for m, measure in enumerate(measures)
-        # every class's series from start-up; with dimensions, the slices judged so far;
-        # the implicit source's once it scored a query
-        if ((plain or klass == OVERALL) and source != "implicit")
-        or (source, klass, m) in judged.histograms
+        for source in sources for klass, name in classes for m, measure in enumerate(measures)
+        # every class's series from start-up; with dimensions, the slices judged so far
+        if plain or klass == OVERALL or (source, klass, m) in judged.histograms
     )
     offline = None
     if judged.active:

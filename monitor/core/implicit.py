@@ -16,9 +16,6 @@ over; the labels of the last fit are in the judged state).
 
 from __future__ import annotations
 
-import logging
-import time as wall
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,8 +26,6 @@ from monitor.inputs.clicklog import ClickLogReader, TooManySearches
 from monitor.inputs.events import Live
 from monitor.offline.clicks import MODELS, THRESHOLDS, kept, label
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class ImplicitLabels:
@@ -39,6 +34,10 @@ class ImplicitLabels:
     time: float
     """The end of the interval fitted (event time)."""
     labels: dict[str, dict[str, int]]
+    shown: int
+    """The results shown in the interval, the model's input (for the log)."""
+    left_out: int
+    """Events of the interval's searches past ``max_searches``, left out."""
 
 
 class Implicit:
@@ -53,9 +52,8 @@ class Implicit:
         self.thresholds = tuple(config.thresholds) or THRESHOLDS[config.model]
         self.due = float("-inf")
         """The end of the interval being read (event time)."""
-        self.counts: Counter[str] = Counter()
-        """What the fits left out, summed over the fits (for the log)."""
         self.fits = 0
+        self._left_out = 0
         self._reader = self._new_reader()
 
     def _new_reader(self) -> ClickLogReader:
@@ -73,13 +71,12 @@ class Implicit:
         try:
             self._reader.add((time, event))
         except TooManySearches:
-            self.counts["events of searches past max_searches"] += 1
+            self._left_out += 1  # past max_searches: the interval's further searches
         return fitted
 
     def fit(self, end: float) -> ImplicitLabels:
         """The labels of the searches read so far; the reading starts over."""
         reader, self._reader = self._reader, self._new_reader()
-        started = wall.perf_counter()
         clicks = reader.finish().public(self.min_sessions)
         estimate = self.model(clicks)
         chosen = np.flatnonzero(kept(estimate, self.config.min_impressions))
@@ -88,9 +85,6 @@ class Implicit:
         for pair, grade in zip(chosen.tolist(), grades.tolist(), strict=True):
             query = estimate.queries[int(estimate.query[pair])]
             labels.setdefault(query, {})[estimate.docs[int(estimate.doc[pair])]] = int(grade)
-        self.counts.update(clicks.counts)
         self.fits += 1
-        log.info("implicit judgments: %s fitted on %d results shown in %.2f s: %d queries "
-                 "labelled", self.config.model, len(clicks.search),
-                 wall.perf_counter() - started, len(labels))
-        return ImplicitLabels(end, labels)
+        left_out, self._left_out = self._left_out, 0
+        return ImplicitLabels(end, labels, len(clicks.search), left_out)

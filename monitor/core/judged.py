@@ -533,6 +533,31 @@ def _judged_3_to_4(document: Any) -> Any:
     return document
 
 
+def _keep(
+    store: OrderedDict[str, dict[str, int]], labels: Mapping[str, dict[str, int]],
+    capacity: int,
+) -> None:
+    """Labels per query key into ``store``, newest last, the least recently updated out
+    past ``capacity``."""
+    for key, given in labels.items():
+        store[key] = given
+        store.move_to_end(key)
+    while len(store) > capacity:
+        store.popitem(last=False)
+
+
+def _labels_of(
+    what: str, keys: list[str], labels: list[dict[str, int]], capacity: int
+) -> OrderedDict[str, dict[str, int]]:
+    """Stored labels per query key, as a snapshot holds them, checked."""
+    same_lengths(what, keys, labels)
+    require(len(keys) <= capacity, f"judged state: more {what} than the capacity")
+    for given in labels:
+        require(all(-(2**31) <= v < 2**31 for v in given.values()),
+                f"judged state: a label of the {what} out of range")
+    return OrderedDict(zip(keys, labels, strict=True))
+
+
 def _index(clock: float, width: float) -> float:
     """The bucket of ``width`` the clock is in (-inf before any event)."""
     return clock // width if clock > -math.inf else -math.inf
@@ -598,10 +623,10 @@ class Judged:
     last_completed_time: float | None = None
     qrels: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
     implicit: OrderedDict[str, dict[str, int]] = field(default_factory=OrderedDict)
-    agreement: tuple[str, dict[str, float]] | None = None
-    """The raters' agreement the newest sample that carried one gave, with its id."""
     """Labels from clicks per query key (as the query lists key a text), newest fit last:
     at most ``qrels_capacity``."""
+    agreement: tuple[str, dict[str, float]] | None = None
+    """The raters' agreement the newest sample that carried one gave, with its id."""
     skipped: int = 0
     totals: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
     """All-time sums and counts of sample scores per (class or OVERALL, measure)."""
@@ -622,7 +647,11 @@ class Judged:
     The newest four buckets are kept: the last window and the one before it."""
 
     def __post_init__(self) -> None:
-        self._memo: dict[tuple[str, tuple[str, ...]], tuple[dict[str, int], FloatArray]] = {}
+        self._memo: dict[
+            tuple[str, str, tuple[str, ...]], tuple[dict[str, int], FloatArray]
+        ] = {}
+        """Scores per (source, key, ranking): a live query scored against human qrels and
+        against labels from clicks holds one entry each."""
         self._drift_first: dict[float, int] = {}
         """Per window: the oldest drift bucket kept at the last eviction (a cache)."""
         self.specs = [parse_measure(name) for name in self.config.measures]
@@ -654,24 +683,11 @@ class Judged:
             self._complete(sample)
 
     def store_qrels(self, text: str, labels: dict[str, int]) -> None:
-        capacity = self.config.qrels_capacity
-        if capacity == 0:
-            return
-        key = normalise(text)
-        self.qrels[key] = labels
-        self.qrels.move_to_end(key)
-        while len(self.qrels) > capacity:
-            self.qrels.popitem(last=False)
+        _keep(self.qrels, {normalise(text): labels}, self.config.qrels_capacity)
 
     def store_implicit(self, labels: Mapping[str, dict[str, int]]) -> None:
         """The labels of a click model's fit, per query key (they replace a key's older)."""
-        capacity = self.config.qrels_capacity
-        implicit = self.implicit
-        for key, given in labels.items():
-            implicit[key] = given
-            implicit.move_to_end(key)
-        while len(implicit) > capacity:
-            implicit.popitem(last=False)
+        _keep(self.implicit, labels, self.config.qrels_capacity)
 
     def live_query(self, time: float, klass: int, text: str, results: Sequence[str]) -> None:
         """A live query: scored when its normalised text has stored labels (and under
@@ -778,7 +794,7 @@ class Judged:
         matrix = np.empty((len(batch), len(self.specs)), dtype=np.float64)
         misses, keys = [], []
         for i, pending in enumerate(batch):
-            key = (pending.key, tuple(pending.ranking))
+            key = (pending.source, pending.key, tuple(pending.ranking))
             found = memo.get(key)
             if found is not None and found[0] is pending.labels:
                 matrix[i] = found[1]
@@ -1316,21 +1332,10 @@ class Judged:
                 tuple(c.baseline) if c.baseline else None, c.baseline_queries,
             )
         self.last_completed_time = state.last_completed_time
-        same_lengths("qrels", state.qrels_keys, state.qrels_labels)
-        require(len(state.qrels_keys) <= self.config.qrels_capacity,
-                "judged state: more qrels than the capacity")
-        for labels in state.qrels_labels:
-            require(all(-(2**31) <= v < 2**31 for v in labels.values()),
-                    "judged state: a qrels label out of range")
-        self.qrels = OrderedDict(zip(state.qrels_keys, state.qrels_labels, strict=True))
-        same_lengths("implicit labels", state.implicit_keys, state.implicit_labels)
-        require(len(state.implicit_keys) <= self.config.qrels_capacity,
-                "judged state: more implicit labels than the capacity")
-        for labels in state.implicit_labels:
-            require(all(-(2**31) <= v < 2**31 for v in labels.values()),
-                    "judged state: an implicit label out of range")
-        self.implicit = OrderedDict(
-            zip(state.implicit_keys, state.implicit_labels, strict=True)
+        capacity = self.config.qrels_capacity
+        self.qrels = _labels_of("qrels", state.qrels_keys, state.qrels_labels, capacity)
+        self.implicit = _labels_of(
+            "implicit labels", state.implicit_keys, state.implicit_labels, capacity
         )
         same_lengths("agreement", state.agreement_names, state.agreement_values)
         self.agreement = None if state.agreement_sample is None else (

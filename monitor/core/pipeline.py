@@ -399,6 +399,10 @@ class Pipeline:
             if self.implicit is not None and accepted[1] <= CLICK:  # query, impression, click
                 fitted = self.implicit.add(accepted[0], event)
                 if fitted is not None:
+                    log.info("implicit judgments: %s fitted on %d results shown: %d queries "
+                             "labelled (%d events past max_searches left out)",
+                             self.config.implicit.model, fitted.shown, len(fitted.labels),
+                             fitted.left_out)
                     self._implicit_labels(fitted)
             if query:
                 if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)
