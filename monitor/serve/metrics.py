@@ -34,6 +34,7 @@ from monitor.core.export import (
     MeanFigures,
     VerdictFigures,
 )
+from monitor.core.interleaving import delta
 from monitor.core.judged import SCORE_BUCKETS
 from monitor.core.online import COUNTERS, HISTOGRAMS, OnlineCounters
 from monitor.inputs.events import Reason
@@ -176,6 +177,10 @@ def _counter(name: str, help: str, value: Callable[[Export], int]) -> Family:
     return Family(name, "counter", help, _one(value))
 
 
+_preferred = functools.lru_cache(maxsize=32)(preference)
+"""A pair's preference with its bootstrap interval, once per figures (a scrape's)."""
+
+
 @functools.lru_cache(maxsize=16)
 def _analysed(figures: ExperimentFigures) -> dict[str, Any]:
     """``analyse`` once per experiment's figures (each family reads it)."""
@@ -245,12 +250,13 @@ EXPERIMENT_FAMILIES = (
            ("a", "b", "outcome")),
     Family("search_interleaving_preference", "gauge", "Delta_AB = (wins_a + ties/2) / "
            "queries - 0.5: positive when ranker a is preferred.",
-           lambda f: (((p.a, p.b), preference(p)["delta"]) for p in f.interleaving
-                      if preference(p)["delta"] is not None), ("a", "b")),
+           lambda f: (((p.a, p.b), found) for p in f.interleaving
+                      if (found := delta(p.wins_a, p.wins_b, p.ties)) is not None),
+           ("a", "b")),
     Family("search_interleaving_interval", "gauge", "Bounds of the 95% bootstrap interval of "
            "search_interleaving_preference.",
            lambda f: (((p.a, p.b, bound), value) for p in f.interleaving
-                      if (ci := preference(p)["ci95"]) is not None
+                      if (ci := _preferred(p)["ci95"]) is not None
                       for bound, value in (("low", ci[0]), ("high", ci[1]))),
            ("a", "b", "bound")),
     Family("search_experiment_srm_pvalue", "gauge", "Chi-square p-value of the units per "
