@@ -423,7 +423,7 @@ class ImplicitConfig(Section):
     """Fit a click model on the traffic of every ``interval`` and score the live queries
     against its labels (``source="implicit"``)."""
     model: Literal["coec", "pbm", "dbn", "sdbn"] = "coec"
-    """The click model: COEC is closed-form (milliseconds); the others fit by EM."""
+    """The click model: COEC and SDBN are counted (milliseconds); PBM and DBN fit by EM."""
     interval: Annotated[Duration, Field(ge=60.0)] = 3600.0
     """Event time between fits; each fit reads the searches of the interval before it."""
     min_impressions: int = Field(default=10, ge=1)

@@ -449,7 +449,7 @@ def _judgment_commands(commands: Any) -> None:
     fc.add_argument("--min-sessions", type=_positive, metavar="K",
                     help="leave out queries fewer than K distinct sessions issued (default: "
                     "[query_lists] min_sessions, 5)")
-    fc.add_argument("--thresholds", metavar="T1,T2,T3",
+    fc.add_argument("--thresholds", metavar="T1,T2,...",
                     help="with --format qrels: the least score of labels 1, 2, 3 (default "
                     "per model: coec 0.5,1,2; pbm 0.15,0.4,0.7; dbn and sdbn 0.05,0.2,0.5)")
     fc.add_argument("--config", type=Path, help="TOML configuration: input formats, [ubi], "
