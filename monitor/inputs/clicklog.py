@@ -65,7 +65,6 @@ class ClickLogReader:
         self._docs: dict[str, int] = {}
         self._searches: dict[str, int] = {}
         self._search_query = array("q")  # -1: no query record read (yet)
-        self._search_time = array("d")
         self._listed = bytearray()  # the search's result list was logged
         # search, doc (-1 for a click without one), position: 9 bytes a row
         self._rows = (array("i"), array("i"), array("B"))
@@ -81,9 +80,9 @@ class ClickLogReader:
             self.counts["judged messages" if type(result) is JudgedMessage
                         else "actions not measured"] += 1
             return
-        time, event = cast(Decoded, result)
+        event = cast(Decoded, result)[1]
         if isinstance(event, QueryEvent):  # (with [slices], a subclass with their fields)
-            self._query(time, event)
+            self._query(event)
         elif type(event) is ClickEvent:
             doc = self._doc(event.doc_id) if event.doc_id else -1
             if doc < 0 and not event.position:
@@ -97,7 +96,7 @@ class ClickLogReader:
             self._append(self._impressions, self._search(event.query_id),
                          self._doc(event.doc_id), event.position)
 
-    def _query(self, time: float, event: QueryEvent) -> None:
+    def _query(self, event: QueryEvent) -> None:
         search = self._search(event.query_id)
         if self._search_query[search] < 0:
             key = self.key(event.query_text)
@@ -106,7 +105,6 @@ class ClickLogReader:
                 query = self._queries[key] = len(self._sessions)
                 self._sessions.append([])
             self._search_query[search] = query
-            self._search_time[search] = time
             seen = self._sessions[query]
             if len(seen) < self.min_sessions:
                 session = event.session_id
@@ -138,7 +136,6 @@ class ClickLogReader:
                     f"more than {self.max_searches:,} searches: read fewer files at a time")
             self._searches[query_id] = search
             self._search_query.append(-1)
-            self._search_time.append(float("-inf"))
             self._listed.append(0)
         return search
 
@@ -153,14 +150,6 @@ class ClickLogReader:
         columns[0].append(search)
         columns[1].append(doc)
         columns[2].append(position)
-
-    def searches(self) -> SearchTable:
-        """Per search: its query (-1: no query record), event time and shown documents."""
-        return SearchTable(
-            np.frombuffer(self._search_query, dtype=np.int64).copy(),
-            np.frombuffer(self._search_time, dtype=np.float64).copy(),
-            list(self._queries), self._search_rows(),
-        )
 
     def _search_rows(self) -> tuple[Column, Column, Column]:
         """search, doc, position of every result shown, ordered by search then position: the
@@ -184,9 +173,8 @@ class ClickLogReader:
 
     def finish(self) -> ClickLog:
         """The click log of everything read (every query, whatever its sessions)."""
-        table = self.searches()
-        search, doc, position = table.rows
-        query = table.query[search].astype(np.int32)
+        search, doc, position = self._search_rows()
+        query = np.frombuffer(self._search_query, dtype=np.int64)[search].astype(np.int32)
         orphan = query < 0
         if np.any(orphan):
             self.counts["results shown for searches without a query record"] += int(
@@ -198,7 +186,7 @@ class ClickLogReader:
             keep = ~orphan
             search, query, doc, position, clicked = (
                 search[keep], query[keep], doc[keep], position[keep], clicked[keep])
-        return ClickLog(search, query, doc, position, clicked, table.queries,
+        return ClickLog(search, query, doc, position, clicked, list(self._queries),
                         list(self._docs), sessions, Counter(self.counts))
 
     def _match_clicks(self, search: Column, doc: Column, position: Column,
@@ -242,17 +230,6 @@ class ClickLogReader:
 def _column(values: array[int]) -> Column:
     """An accumulated column as an array (a view of its buffer: read-only)."""
     return np.frombuffer(values, dtype={"i": np.int32, "B": np.uint8}[values.typecode])
-
-
-@dataclass(frozen=True)
-class SearchTable:
-    """Per search: ``query`` (index of ``queries``; -1: no query record read), ``time``
-    (event time), and ``rows``: (search, doc, position) of every result shown."""
-
-    query: np.ndarray[Any, np.dtype[np.int64]]
-    time: np.ndarray[Any, np.dtype[np.float64]]
-    queries: list[str]
-    rows: tuple[Column, Column, Column]
 
 
 class _Reader(Protocol):
