@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monitor.offline.curves import RECALL_LEVELS, interpolated_precision, mean_curve
+from monitor.offline.curves import interpolated_precision, mean_curve
 from monitor.offline.evaluate import rank_run
 from monitor.offline.ranking import RankedLists
+from monitor.offline.spec import RECALL_LEVELS
 from monitor.offline.trec import parse_qrels, parse_run
 from tests.support.files import DATA
 

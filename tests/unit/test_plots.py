@@ -7,10 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from monitor.offline.curves import RECALL_LEVELS, interpolated_precision, mean_curve
+from monitor.offline.curves import interpolated_precision, mean_curve
 from monitor.offline.evaluate import rank_run
 from monitor.offline.plots import RunFigures, evaluation_svg
 from monitor.offline.ranking import RankedLists
+from monitor.offline.spec import RECALL_LEVELS
 from monitor.offline.trec import parse_qrels, parse_run
 from tests.support.files import DATA
 
