@@ -1,11 +1,12 @@
 """What the commands share: exit codes, the usage error, loading the configuration,
-logging as the arguments say, waiting for a signal."""
+reading event files, logging as the arguments say, waiting for a signal."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from monitor.config import Config
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+Read = TypeVar("Read")
 
 
 class UsageError(Exception):
@@ -42,6 +45,22 @@ def load(path: Path | None) -> Config:
         return load_config(path)
     except ConfigError as error:
         raise UsageError("invalid configuration " + str(error)) from None
+
+
+def read_events(paths: Sequence[Path], read: Callable[[], Read]) -> Read:
+    """``read()`` of the event files ``paths``; a missing or unreadable file and more
+    searches than one reading keeps are usage errors."""
+    from monitor.inputs.clicklog import TooManySearches
+
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"cannot read {path}: no such file")
+    try:
+        return read()
+    except TooManySearches as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot read the events: {error}") from None
 
 
 def setup_logging(args: argparse.Namespace, default: Level, config: Config | None = None) -> None:

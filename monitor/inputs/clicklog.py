@@ -247,6 +247,17 @@ def read_all(reader: Reader, results: Iterable[Result]) -> Reader:
     return reader
 
 
+def read_click_log(
+    paths: Iterable[Path], config: Config, key: Callable[[str], str], min_sessions: int,
+) -> ClickLog:
+    """The click log of the events of ``paths``, queries keyed by ``key``
+    (``QueryLists.key``), with those under the k-anonymity floor of ``min_sessions``
+    distinct sessions left out. ``TooManySearches`` past ``MAX_SEARCHES``; ``OSError`` when
+    a file cannot be read."""
+    reader = ClickLogReader(min_sessions, key)
+    return read_all(reader, decoded(paths, config)).finish().public(min_sessions)
+
+
 def decoded(paths: Iterable[Path], config: Config) -> Iterator[Result]:
     """Every non-blank line of ``paths``, in file order, through the decoder chain."""
     chain = DecoderChain(config)
