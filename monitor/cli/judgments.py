@@ -7,7 +7,7 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
-from monitor.cli.common import EXIT_OK, UsageError, load, read_events
+from monitor.cli.common import EXIT_OK, UsageError, load, produce, read_events, write_lines
 from monitor.config import Config
 
 if TYPE_CHECKING:
@@ -122,14 +122,8 @@ def import_judgments(args: argparse.Namespace) -> int:
          f"{len(lines):,} {args.as_type} messages")
     if args.kafka:
         _produce(args, config, lines)
-        return EXIT_OK
-    out = args.output.open("wb") if args.output else sys.stdout.buffer
-    try:
-        for _, line in lines:
-            out.write(line + b"\n")
-    finally:
-        if args.output:
-            out.close()
+    else:
+        write_lines((line for _, line in lines), args.output)
     return EXIT_OK
 
 
@@ -160,17 +154,12 @@ def _message(args: argparse.Namespace, number: int, query: Judged, stamp: float,
 
 
 def _produce(args: argparse.Namespace, config: Config, lines: list[tuple[str, bytes]]) -> None:
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     topic = args.topic or config.kafka.judgments_topic
     try:
-        producer = KafkaProducer(bootstrap_servers=args.kafka, acks="all",
-                                 **config.kafka.client_options())
-        for key, line in lines:
-            producer.send(topic, key=key.encode(), value=line)
-        producer.flush()
-        producer.close()
+        produce(args.kafka, ((topic, key, line) for key, line in lines), acks="all",
+                **config.kafka.client_options())
     except KafkaError as error:
         raise UsageError(f"cannot produce to {args.kafka} ({topic}): {error}") from None
     note(f"{len(lines):,} messages produced to {topic}")
