@@ -24,7 +24,7 @@ from monitor.offline.compare import (
 )
 from monitor.offline.curves import interpolated_precision, mean_curve
 from monitor.offline.evaluate import Evaluation, RankedRun, evaluate_ranked, rank_run
-from monitor.offline.measures import aggregate, score
+from monitor.offline.measures import aggregate, geometric, score
 from monitor.offline.plots import RunFigures, evaluation_svg
 from monitor.offline.spec import MeasureNameError, MeasureSpec, parse_named
 from monitor.offline.trec import Qrels, Run
@@ -87,9 +87,10 @@ def plot_measure(text: str | None, rel_level: int) -> Named:
     if len(named) != 1:
         raise UsageError(f"--plot-measure: one measure, not {len(named)} ({text})")
     name, spec = named[0]
-    if spec.name == "GMAP":
-        raise UsageError("--plot-measure: GMAP has no per-query value; AP is its per-query "
-                         "measure")
+    if geometric(spec):
+        raise UsageError(f"--plot-measure: {spec.name} has no per-query value (its summary is "
+                         "a geometric mean); plot the measure it averages (AP for GMAP, bpref "
+                         "for gm_bpref)")
     return name, spec.with_relevance_level(rel_level)
 
 

@@ -699,6 +699,12 @@ def aggregate(spec: MeasureSpec, values: FloatArray) -> float | None:
     return MEASURES[spec.name].aggregate(values)
 
 
+def geometric(spec: MeasureSpec) -> bool:
+    """Whether ``spec``'s summary is a geometric mean (GMAP, gm_bpref): it has no per-query
+    value of its own, and what moves its summary is the mean of its values' logarithms."""
+    return MEASURES[spec.name].aggregate is geometric_mean
+
+
 def _cutoff(spec: MeasureSpec) -> int:
     if spec.cutoff is None:
         raise ValueError(f"{spec} needs a cutoff")
