@@ -8,7 +8,7 @@ their estimates against the generator's truth.
 2. Times, in the same run, the median of ``--repeat`` runs of:
    - baseline: every line through the decoder chain (``monitor.inputs.clicklog.decoded``),
      nothing kept: the least any reading of the events costs;
-   - reading: the same, gathered into a click log (``ClickLogReader``, k-anonymity floor 5);
+   - reading: the same, gathered into a click log (``read_click_log``, k-anonymity floor 5);
    - each model's fit on that log (COEC, PBM by EM, the DBN by EM (once), the simplified
      DBN).
    Prints the times, the ratios to the baseline, the peak memory each fit allocates
@@ -36,7 +36,7 @@ from scipy.stats import kendalltau, spearmanr
 
 from monitor.config import Config
 from monitor.core.querylists import QueryLists
-from monitor.inputs.clicklog import ClickLogReader, decoded, read_all
+from monitor.inputs.clicklog import decoded, read_click_log
 from monitor.inputs.generate import (
     EXAMINATION,
     Regression,
@@ -91,8 +91,7 @@ def baseline(path: Path, config: Config) -> float:
 
 def reading(path: Path, config: Config) -> tuple[float, ClickLog]:
     start = time.perf_counter()
-    reader = ClickLogReader(5, QueryLists(config.query_lists).key)
-    log = read_all(reader, decoded([path], config)).finish().public(5)
+    log = read_click_log([path], config, QueryLists(config.query_lists).key, 5)
     return time.perf_counter() - start, log
 
 

@@ -1,11 +1,14 @@
 """What the commands share: exit codes, the usage error, loading the configuration,
-logging as the arguments say, waiting for a signal."""
+reading event files, writing messages to a file or to Kafka, logging as the arguments say,
+waiting for a signal."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from monitor.config import Config
@@ -14,6 +17,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+Read = TypeVar("Read")
 
 
 class UsageError(Exception):
@@ -42,6 +47,46 @@ def load(path: Path | None) -> Config:
         return load_config(path)
     except ConfigError as error:
         raise UsageError("invalid configuration " + str(error)) from None
+
+
+def read_events(paths: Sequence[Path], read: Callable[[], Read]) -> Read:
+    """``read()`` of the event files ``paths``; a missing or unreadable file and more
+    searches than one reading keeps are usage errors."""
+    from monitor.inputs.clicklog import TooManySearches
+
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"cannot read {path}: no such file")
+    try:
+        return read()
+    except TooManySearches as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot read the events: {error}") from None
+
+
+def write_lines(lines: Iterable[bytes], output: Path | None) -> None:
+    """Each line, newline-terminated, to the file ``output`` (None: standard output)."""
+    out = output.open("wb") if output else sys.stdout.buffer
+    try:
+        for line in lines:
+            out.write(line + b"\n")
+    finally:
+        if output:
+            out.close()
+
+
+def produce(bootstrap: str, messages: Iterable[tuple[str, str, bytes]], **options: Any) -> None:
+    """Each ``(topic, key, value)`` to the Kafka of ``bootstrap``, all flushed before the
+    return; ``options``: the producer's (kafka-python keyword arguments). A ``KafkaError``
+    is the caller's to report."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **options)
+    for topic, key, value in messages:
+        producer.send(topic, key=key.encode(), value=value)
+    producer.flush()
+    producer.close()
 
 
 def setup_logging(args: argparse.Namespace, default: Level, config: Config | None = None) -> None:

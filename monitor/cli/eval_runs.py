@@ -23,8 +23,8 @@ from monitor.offline.compare import (
     shared_queries,
 )
 from monitor.offline.curves import interpolated_precision, mean_curve
-from monitor.offline.evaluate import evaluate, rank_run
-from monitor.offline.measures import aggregate, score
+from monitor.offline.evaluate import Evaluation, RankedRun, evaluate_ranked, rank_run
+from monitor.offline.measures import aggregate, geometric, score
 from monitor.offline.plots import RunFigures, evaluation_svg
 from monitor.offline.spec import MeasureNameError, MeasureSpec, parse_named
 from monitor.offline.trec import Qrels, Run
@@ -34,13 +34,28 @@ Named = tuple[str, MeasureSpec]
 DEFAULT_PLOT_MEASURE = "AP"
 
 
+def evaluate_run(
+    args: argparse.Namespace, qrels: Qrels, path: Path, run: Run, specs: Sequence[MeasureSpec],
+) -> tuple[Evaluation, RunFigures | None]:
+    """``run`` ranked once: its evaluation of ``specs`` and, with ``--plot``, its figures
+    (its ranked lists are let go on return)."""
+    ranked = rank_run(qrels, run, complete=args.complete, max_docs=args.max_docs)
+    evaluation = evaluate_ranked(ranked, specs)
+    if args.plot is None:
+        return evaluation, None
+    return evaluation, run_figures(path, ranked, plot_measure(args.plot_measure,
+                                                              args.rel_level)[1])
+
+
 def compare_runs(
-    args: argparse.Namespace, qrels: Qrels, runs: tuple[Run, Run], measures: Sequence[Named]
+    args: argparse.Namespace, qrels: Qrels, runs: Sequence[tuple[Path, Run]],
+    measures: Sequence[Named],
 ) -> int:
-    """Print each measure's means of both runs, B - A and the paired tests' p-values."""
+    """Print each measure's means of both runs, B - A and the paired tests' p-values; with
+    ``--plot``, write the SVG."""
     specs = [spec for _, spec in measures]
-    a, b = (evaluate(qrels, run, specs, complete=args.complete, max_docs=args.max_docs)
-            for run in runs)
+    (a, figure_a), (b, figure_b) = (evaluate_run(args, qrels, path, run, specs)
+                                    for path, run in runs)
     for path, evaluation in ((args.run, a), (args.run_b, b)):
         if not evaluation.shared_queries and not args.complete:
             raise UsageError(f"no query of {path} is in {args.qrels}: nothing to evaluate")
@@ -58,6 +73,8 @@ def compare_runs(
     counts = (len(a.query_ids), len(b.query_ids), shared)
     out = format_comparison_json if args.json else format_comparison_text
     sys.stdout.write(out(names, counts, rows))
+    if figure_a is not None and figure_b is not None:
+        write_plot(args, [path for path, _ in runs], [figure_a, figure_b])
     return EXIT_OK
 
 
@@ -70,31 +87,33 @@ def plot_measure(text: str | None, rel_level: int) -> Named:
     if len(named) != 1:
         raise UsageError(f"--plot-measure: one measure, not {len(named)} ({text})")
     name, spec = named[0]
-    if spec.name == "GMAP":
-        raise UsageError("--plot-measure: GMAP has no per-query value; AP is its per-query "
-                         "measure")
+    if geometric(spec):
+        raise UsageError(f"--plot-measure: {spec.name} has no per-query value (its summary is "
+                         "a geometric mean); plot the measure it averages (AP for GMAP, bpref "
+                         "for gm_bpref)")
     return name, spec.with_relevance_level(rel_level)
 
 
-def write_plot(
-    args: argparse.Namespace, qrels: Qrels, runs: Sequence[tuple[Path, Run]]
-) -> None:
-    """Write the SVG of ``--plot`` (``monitor.offline.plots``)."""
-    name, spec = plot_measure(args.plot_measure, args.rel_level)
-    figures = []
-    for path, run in runs:
-        query_ids, lists = rank_run(qrels, run, complete=args.complete, max_docs=args.max_docs)
-        values = score(lists, spec)
-        present = ~np.isnan(values)
-        figures.append(RunFigures(
-            path.name, mean_curve(interpolated_precision(lists, spec.relevance)),
-            {q: float(v) for q, v, keep in zip(query_ids, values.tolist(), present.tolist(),
-                                                 strict=True) if keep},
-            aggregate(spec, values),
-        ))
+def run_figures(path: Path, ranked: RankedRun, spec: MeasureSpec) -> RunFigures:
+    """What ``--plot`` draws of one run: its mean interpolated precision-recall curve and
+    ``spec``'s per-query values and summary."""
+    values = score(ranked.lists, spec)
+    present = ~np.isnan(values)
+    return RunFigures(
+        path.name, mean_curve(interpolated_precision(ranked.lists, spec.relevance)),
+        {q: float(v) for q, v, keep in zip(ranked.query_ids, values.tolist(), present.tolist(),
+                                             strict=True) if keep},
+        aggregate(spec, values),
+    )
+
+
+def write_plot(args: argparse.Namespace, paths: Sequence[Path], figures: list[RunFigures],
+               ) -> None:
+    """Write the SVG of ``--plot`` (``monitor.offline.plots``) of the runs of ``paths``."""
+    name, _ = plot_measure(args.plot_measure, args.rel_level)
     if len(figures) == 2 and figures[0].name == figures[1].name:  # same file name: full paths
         figures = [RunFigures(str(path), f.curve, f.values, f.mean)
-                   for (path, _), f in zip(runs, figures, strict=True)]
+                   for path, f in zip(paths, figures, strict=True)]
     what = (f"A = {figures[0].name}, B = {figures[1].name}" if len(figures) == 2
             else figures[0].name)
     title = f"searchmon eval: {what} (qrels {args.qrels.name})"

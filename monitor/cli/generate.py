@@ -4,11 +4,10 @@ topic."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import TYPE_CHECKING
 
-from monitor.cli.common import EXIT_OK, UsageError, parse_time
+from monitor.cli.common import EXIT_OK, UsageError, parse_time, produce, write_lines
 
 if TYPE_CHECKING:
     from monitor.inputs.generate import Effect, Experiment, Interleaving, Mix, Regression
@@ -35,22 +34,10 @@ def command(args: argparse.Namespace) -> int:
     )
     stream = messages(World.build(args.seed), traffic)
     if args.kafka:
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=args.kafka, linger_ms=20)
-        for message in stream:
-            topic = args.judgments_topic if message.judged else args.topic
-            producer.send(topic, key=message.key.encode(), value=message.line)
-        producer.flush()
-        producer.close()
-        return EXIT_OK
-    out = args.output.open("wb") if args.output else sys.stdout.buffer
-    try:
-        for message in stream:
-            out.write(message.line + b"\n")
-    finally:
-        if args.output:
-            out.close()
+        produce(args.kafka, ((args.judgments_topic if message.judged else args.topic,
+                              message.key, message.line) for message in stream), linger_ms=20)
+    else:
+        write_lines((message.line for message in stream), args.output)
     return EXIT_OK
 
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.cli.common import EXIT_OK, UsageError, load
+from monitor.cli.common import EXIT_OK, UsageError, load, produce, read_events, write_lines
 from monitor.config import Config
 
 if TYPE_CHECKING:
-    from monitor.offline.clicks import ClickLog
     from monitor.offline.judgment_files import Judged, Rating
 
 
@@ -27,26 +24,9 @@ def note(text: str) -> None:
     print(f"searchmon judgments: {text}", file=sys.stderr)
 
 
-def read_log(paths: list[Path], config: Config, min_sessions: int) -> tuple[ClickLog, Counter[str]]:
-    """The click log of ``paths`` with the queries under the k-anonymity floor left out."""
-    from monitor.core.querylists import QueryLists
-    from monitor.inputs.clicklog import ClickLogReader, TooManySearches, decoded, read_all
-
-    for path in paths:
-        if not path.is_file():
-            raise UsageError(f"cannot read {path}: no such file")
-    reader = ClickLogReader(min_sessions, QueryLists(config.query_lists).key)
-    try:
-        read_all(reader, decoded(paths, config))
-    except TooManySearches as error:
-        raise UsageError(str(error)) from None
-    except OSError as error:
-        raise UsageError(f"cannot read the events: {error}") from None
-    log = reader.finish().public(min_sessions)
-    return log, log.counts
-
-
 def from_clicks(args: argparse.Namespace) -> int:
+    from monitor.core.querylists import QueryLists
+    from monitor.inputs.clicklog import read_click_log
     from monitor.offline.clicks import MODELS, THRESHOLDS, as_csv, as_json, as_qrels, kept
 
     config = load(args.config)
@@ -54,10 +34,11 @@ def from_clicks(args: argparse.Namespace) -> int:
         raise UsageError("[query_lists] enabled = false: no query text may be shown")
     thresholds = _thresholds(args.thresholds) if args.thresholds else THRESHOLDS[args.model]
     min_sessions = args.min_sessions or config.query_lists.min_sessions
-    log, counts = read_log(args.events, config, min_sessions)
+    key = QueryLists(config.query_lists).key
+    log = read_events(args.events, lambda: read_click_log(args.events, config, key, min_sessions))
     estimate = MODELS[args.model](log)
     mask = kept(estimate, args.min_impressions)
-    for what, count in sorted(counts.items()):
+    for what, count in sorted(log.counts.items()):
         if count:
             note(f"{count:,} {what}")
     note(f"{len(estimate.score):,} (query, document) pairs, {int(mask.sum()):,} shown at least "
@@ -141,14 +122,8 @@ def import_judgments(args: argparse.Namespace) -> int:
          f"{len(lines):,} {args.as_type} messages")
     if args.kafka:
         _produce(args, config, lines)
-        return EXIT_OK
-    out = args.output.open("wb") if args.output else sys.stdout.buffer
-    try:
-        for _, line in lines:
-            out.write(line + b"\n")
-    finally:
-        if args.output:
-            out.close()
+    else:
+        write_lines((line for _, line in lines), args.output)
     return EXIT_OK
 
 
@@ -179,17 +154,12 @@ def _message(args: argparse.Namespace, number: int, query: Judged, stamp: float,
 
 
 def _produce(args: argparse.Namespace, config: Config, lines: list[tuple[str, bytes]]) -> None:
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     topic = args.topic or config.kafka.judgments_topic
     try:
-        producer = KafkaProducer(bootstrap_servers=args.kafka, acks="all",
-                                 **config.kafka.client_options())
-        for key, line in lines:
-            producer.send(topic, key=key.encode(), value=line)
-        producer.flush()
-        producer.close()
+        produce(args.kafka, ((topic, key, line) for key, line in lines), acks="all",
+                **config.kafka.client_options())
     except KafkaError as error:
         raise UsageError(f"cannot produce to {args.kafka} ({topic}): {error}") from None
     note(f"{len(lines):,} messages produced to {topic}")

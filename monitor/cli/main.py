@@ -549,13 +549,16 @@ def _eval(args: argparse.Namespace) -> int:
     if args.run_b is not None:
         from monitor.cli import eval_runs
 
-        eval_runs.compare_runs(args, qrels, (runs[0][1], runs[1][1]), measures)
-        if args.plot is not None:
-            eval_runs.write_plot(args, qrels, runs)
-        return EXIT_OK
-    run = runs[0][1]
-    evaluation = evaluate(qrels, run, [spec for _, spec in measures], complete=args.complete,
-                          max_docs=args.max_docs)
+        return eval_runs.compare_runs(args, qrels, runs, measures)
+    specs = [spec for _, spec in measures]
+    figure = None
+    if args.plot is None:
+        evaluation = evaluate(qrels, runs[0][1], specs, complete=args.complete,
+                              max_docs=args.max_docs)
+    else:
+        from monitor.cli.eval_runs import evaluate_run
+
+        evaluation, figure = evaluate_run(args, qrels, *runs[0], specs)
     if not evaluation.shared_queries:
         if not args.complete:  # trec_eval 9: exit 7; trec_eval 10.0: exit 4 (docs/reference/cli.md)
             raise UsageError(f"no query of {args.run} is in {args.qrels}: nothing to evaluate")
@@ -567,10 +570,10 @@ def _eval(args: argparse.Namespace) -> int:
         _eval_note(note)
     out = format_json if args.json else format_text
     sys.stdout.write(out(evaluation, measures, args.per_query))
-    if args.plot is not None:
+    if figure is not None:
         from monitor.cli.eval_runs import write_plot
 
-        write_plot(args, qrels, runs)
+        write_plot(args, [args.run], [figure])
     return EXIT_OK
 
 

@@ -9,7 +9,7 @@ import json
 import random
 import sys
 
-from monitor.cli.common import EXIT_OK, UsageError, load
+from monitor.cli.common import EXIT_OK, UsageError, load, read_events
 
 
 def note(text: str) -> None:
@@ -19,7 +19,7 @@ def note(text: str) -> None:
 def command(args: argparse.Namespace) -> int:
     from monitor.core.classes import QueryClasses
     from monitor.core.querylists import QueryLists
-    from monitor.inputs.clicklog import QueryTallyReader, TooManySearches, decoded, read_all
+    from monitor.inputs.clicklog import QueryTallyReader, decoded, read_all
     from monitor.inputs.events import QueryEvent
     from monitor.inputs.generate import rfc3339
     from monitor.offline.sampling import Candidate, sample
@@ -27,9 +27,6 @@ def command(args: argparse.Namespace) -> int:
     config = load(args.config)
     if not config.query_lists.enabled:
         raise UsageError("[query_lists] enabled = false: no query text may be shown")
-    for path in args.events:
-        if not path.is_file():
-            raise UsageError(f"cannot read {path}: no such file")
     by = list(dict.fromkeys(args.by or []))
     dimensions = tuple(name for name in by if name != "class")
     classes = QueryClasses.from_config(config.query_classes)
@@ -40,12 +37,7 @@ def command(args: argparse.Namespace) -> int:
     min_sessions = args.min_sessions or config.query_lists.min_sessions
     reader = QueryTallyReader(min_sessions, QueryLists(config.query_lists).key, classify,
                               dimensions)
-    try:
-        read_all(reader, decoded(args.events, config))
-    except TooManySearches as error:
-        raise UsageError(str(error)) from None
-    except OSError as error:
-        raise UsageError(f"cannot read the events: {error}") from None
+    read_events(args.events, lambda: read_all(reader, decoded(args.events, config)))
     records = reader.records
     public = {key: r for key, r in records.items() if len(r.sessions) >= min_sessions}
     what = "queries" + (f" by {', '.join(dimensions)}" if dimensions else "")

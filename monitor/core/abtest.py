@@ -298,11 +298,6 @@ def srm(observed: Sequence[int], split: Sequence[float]) -> float:
     return chi_square_sf(statistic, len(observed) - 1)
 
 
-def normal_sf(x: float) -> float:
-    """1 - Phi(x), accurate in the upper tail."""
-    return 0.5 * math.erfc(x / math.sqrt(2.0))
-
-
 def two_sided_p(z: float) -> float:
     """P(|Z| >= |z|) for a standard normal Z."""
     return math.erfc(abs(z) / math.sqrt(2.0))

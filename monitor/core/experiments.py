@@ -224,16 +224,12 @@ class Experiments:
             self.units.append([Units(config.max_units // len(names)) for _ in names])
         return self
 
-    @property
-    def attributes(self) -> list[str]:
-        return [config.attribute for config in self.configs]
-
     def searched(
         self, values: Sequence[str], query_id: str, session_id: str, user: str | None,
         zero: bool,
     ) -> None:
-        """An accepted query with its values of the experiments' attributes (in
-        ``attributes`` order): counted in each experiment it is in, and remembered until its
+        """An accepted query with its values of the experiments' attributes (in the order of
+        ``configs``): counted in each experiment it is in, and remembered until its
         outcome is known."""
         assigned: list[Assignment] = []
         for e, (config, value) in enumerate(zip(self.configs, values, strict=True)):

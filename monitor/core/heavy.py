@@ -21,9 +21,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
-from zlib import crc32
 
 from monitor.core.snapshots import Int, require, same_lengths
+from monitor.inputs.events import session_hash
 
 INT64 = range(-(2**63), 2**63)
 
@@ -213,12 +213,6 @@ def merge_states(
         errors[key] = error_first + error_second
     ranked = sorted(counts, key=lambda k: (-counts[k], k))[:capacity]
     return SpaceSavingState(ranked, [counts[k] for k in ranked], [errors[k] for k in ranked])
-
-
-def session_hash(session: str) -> int:
-    """A stable 32-bit hash of a session id (Python's ``hash`` is salted per process). Two
-    sessions that collide count as one: the count of distinct sessions can only be lower."""
-    return crc32(session.encode())
 
 
 @dataclass(frozen=True)

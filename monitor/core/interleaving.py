@@ -165,21 +165,6 @@ class Preference:
         elif outcome == "tie":
             self.ties += 1
 
-    @property
-    def counted(self) -> int:
-        """The units with an outcome (the n of Δ_AB)."""
-        return self.wins_a + self.wins_b + self.ties
-
-    def delta(self) -> float | None:
-        """Δ_AB of the counts so far (None before any)."""
-        return delta(self.wins_a, self.wins_b, self.ties)
-
-    def interval(
-        self, rounds: int = 1000, seed: int = 0, level: float = 0.95
-    ) -> tuple[float, float] | None:
-        """The bootstrap interval of Δ_AB (``bootstrap_interval``)."""
-        return bootstrap_interval(self.wins_a, self.wins_b, self.ties, rounds, seed, level)
-
     def snapshot(self) -> PreferenceState:
         return PreferenceState(self.wins_a, self.wins_b, self.ties)
 

@@ -41,10 +41,10 @@ from monitor.core.snapshots import (
     same_lengths,
 )
 from monitor.core.stats import PairedComparison, compare
-from monitor.offline.curves import RECALL_LEVELS, interpolated_precision
+from monitor.offline.curves import interpolated_precision
 from monitor.offline.measures import score
 from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
-from monitor.offline.spec import MeasureSpec, parse_measure
+from monitor.offline.spec import RECALL_LEVELS, MeasureSpec, parse_measure
 
 SOURCES = ("sample", "live", "implicit")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))

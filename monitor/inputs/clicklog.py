@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
-from zlib import crc32
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from monitor.inputs.events import (
     JudgedMessage,
     QueryEvent,
     Rejection,
+    session_hash,
 )
 from monitor.inputs.files import lines
 from monitor.offline.clicks import MAX_POSITION, ClickLog, Column
@@ -105,14 +105,7 @@ class ClickLogReader:
                 query = self._queries[key] = len(self._sessions)
                 self._sessions.append([])
             self._search_query[search] = query
-            seen = self._sessions[query]
-            if len(seen) < self.min_sessions:
-                session = event.session_id
-                if session.startswith(SESSION_OF_QUERY):
-                    session = session[1:]
-                hashed = crc32(session.encode())
-                if hashed not in seen:
-                    seen.append(hashed)
+            _count_session(self._sessions[query], event.session_id, self.min_sessions)
         results = event.result_ids
         if event.results_known and results and not self._listed[search]:
             self._listed[search] = 1
@@ -227,6 +220,16 @@ class ClickLogReader:
             self.counts["clicks on a result not shown"] += int(np.count_nonzero(known))
 
 
+def _count_session(seen: list[int], session_id: str, limit: int) -> None:
+    """Add ``session_id`` to ``seen``, a query's distinct sessions hashed as the query lists
+    hash them (``session_hash``), kept up to ``limit`` (the k-anonymity floor). An event
+    whose session is its query's (``SESSION_OF_QUERY``) counts by its own id."""
+    if len(seen) < limit:
+        hashed = session_hash(session_id.removeprefix(SESSION_OF_QUERY))
+        if hashed not in seen:
+            seen.append(hashed)
+
+
 def _column(values: array[int]) -> Column:
     """An accumulated column as an array (a view of its buffer: read-only)."""
     return np.frombuffer(values, dtype={"i": np.int32, "B": np.uint8}[values.typecode])
@@ -245,6 +248,17 @@ def read_all(reader: Reader, results: Iterable[Result]) -> Reader:
     for result in results:
         add(result)
     return reader
+
+
+def read_click_log(
+    paths: Iterable[Path], config: Config, key: Callable[[str], str], min_sessions: int,
+) -> ClickLog:
+    """The click log of the events of ``paths``, queries keyed by ``key``
+    (``QueryLists.key``), with those under the k-anonymity floor of ``min_sessions``
+    distinct sessions left out. ``TooManySearches`` past ``MAX_SEARCHES``; ``OSError`` when
+    a file cannot be read."""
+    reader = ClickLogReader(min_sessions, key)
+    return read_all(reader, decoded(paths, config)).finish().public(min_sessions)
 
 
 def decoded(paths: Iterable[Path], config: Config) -> Iterator[Result]:
@@ -309,10 +323,7 @@ class QueryTallyReader:
             if record is None:
                 record = self.records[key] = QueryRecord()
             record.searches += 1
-            session = event.session_id.removeprefix(SESSION_OF_QUERY)
-            hashed = crc32(session.encode())
-            if len(record.sessions) < self.min_sessions and hashed not in record.sessions:
-                record.sessions.append(hashed)
+            _count_session(record.sessions, event.session_id, self.min_sessions)
         if record is None:
             return
         if time >= record.served_at:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal, NamedTuple, NotRequired, final
+from zlib import crc32
 
 import msgspec
 from pydantic import (
@@ -254,6 +255,13 @@ Key = tuple[str, int]
 SESSION_OF_QUERY = "\x01"
 """Prefix of the session id of an event that belongs to the session of its query (UBI
 events carry a query id and no reliable session): resolved when the event is applied."""
+
+
+def session_hash(session: str) -> int:
+    """A stable 32-bit hash of a session id (Python's ``hash`` is salted per process), as
+    the query lists and the click logs count distinct sessions. Two sessions that collide
+    count as one: the count of distinct sessions can only be lower."""
+    return crc32(session.encode())
 
 
 @final

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from monitor.offline.evaluate import Evaluation
-from monitor.offline.measures import GEOMETRIC_FLOOR, aggregate
+from monitor.offline.measures import GEOMETRIC_FLOOR, aggregate, geometric
 from monitor.offline.ranking import FloatArray
 from monitor.offline.spec import MeasureSpec
 
@@ -27,8 +27,8 @@ class PairedMeasure:
     """One measure's values of both runs on the queries where both have one.
 
     ``tested_a`` and ``tested_b`` are what a paired test compares: the values themselves,
-    or for GMAP their logarithms (GMAP is the exponential of the mean log), so that the
-    test asks whether the summary moved.
+    or for a geometric mean (GMAP, gm_bpref) their logarithms (the summary is the
+    exponential of their mean), so that the test asks whether the summary moved.
     """
 
     name: str
@@ -138,7 +138,7 @@ def _number(value: float | None) -> str:
 
 
 def _tested(spec: MeasureSpec, values: FloatArray) -> FloatArray:
-    if spec.name == "GMAP":
+    if geometric(spec):
         logs: FloatArray = np.log(np.maximum(values, GEOMETRIC_FLOOR))
         return logs
     return values

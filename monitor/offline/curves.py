@@ -1,4 +1,5 @@
-"""Interpolated precision-recall curves at trec_eval's eleven recall levels (iprec_at_recall).
+"""Interpolated precision at recall levels: trec_eval's iprec_at_recall, 11pt_avg and the
+precision-recall curves of ``eval --plot`` and the judged samples.
 
 A query's interpolated precision at recall r is the largest precision at any rank whose
 recall is at least r. trec_eval 10 turns r into a number of relevant documents,
@@ -12,31 +13,27 @@ every level. The curve of a run is the mean over its evaluated queries, level by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from monitor.offline.ranking import FloatArray, IntArray, RankedLists
-
-RECALL_LEVELS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-"""trec_eval's iprec_at_recall levels."""
+from monitor.offline.spec import RECALL_LEVELS
 
 
-def interpolated_precision(lists: RankedLists, relevance: int = 1) -> FloatArray:
-    """Per query (rows) and recall level (columns, ``RECALL_LEVELS``): the interpolated
-    precision, as trec_eval's iprec_at_recall computes it (the module's docstring)."""
-    hits = lists.relevant(relevance)
-    found = lists.running_count(hits)
-    precision = found / (lists.position + 1.0)
-    best_below = _suffix_max(lists, precision)
-    num_rel = lists.num_rel(relevance)
-    rel_ret = lists.count(lists.segment, hits)
-    levels = np.asarray(RECALL_LEVELS, dtype=np.float64)
-    needed = _round_half_up(levels[None, :] * num_rel[:, None])
-    needed = np.maximum(needed, 1)  # recall 0: the first relevant document's rank
-    relevant_at = np.flatnonzero(hits)
-    first = np.searchsorted(lists.segment[relevant_at], np.arange(lists.size))
-    reached = needed <= rel_ret[:, None]
+def interpolated_precision(
+    lists: RankedLists, relevance: int = 1, levels: Sequence[float] = RECALL_LEVELS,
+) -> FloatArray:
+    """Per query (rows) and recall level (columns, ``levels``): the interpolated precision,
+    as trec_eval's iprec_at_recall computes it (the module's docstring)."""
+    best_below, first, found = lists.shared(
+        ("interpolated", relevance), lambda: _best_precision_below(lists, relevance)
+    )
+    wanted = np.asarray(levels, dtype=np.float64)[None, :] * lists.num_rel(relevance)[:, None]
+    needed = np.maximum(_round_half_up(wanted), 1)  # recall 0: the first relevant document
+    reached = needed <= found[:, None]
     index = np.where(reached, first[:, None] + needed - 1, 0)
-    values = best_below[relevant_at[index]] if len(relevant_at) else np.zeros(index.shape)
+    values = best_below[index] if len(best_below) else np.zeros(index.shape)
     return np.where(reached, values, 0.0)
 
 
@@ -51,25 +48,34 @@ def mean_curve(per_query: FloatArray) -> tuple[float, ...] | None:
     return tuple(float(v) for v in totals / len(per_query))
 
 
+def _best_precision_below(lists: RankedLists, rel: int) -> tuple[FloatArray, IntArray, IntArray]:
+    """For each relevant document retrieved (in rank order), the best precision at its rank
+    or below it; the index of each query's first one; their number per query. Every recall
+    level of every iprec_at_recall and 11pt_avg reads them."""
+    at = np.flatnonzero(lists.relevant(rel))
+    segment = lists.segment[at]
+    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
+    best_below = _segment_suffix_max(segment, precision, lists.size)
+    first = np.searchsorted(segment, np.arange(lists.size))
+    found = np.bincount(segment, minlength=lists.size)
+    return best_below, first, found
+
+
 def _round_half_up(values: FloatArray) -> IntArray:
     """C's lround of non-negative values: halves away from zero (numpy rounds them to even)."""
     whole = np.floor(values)
     return (whole + (values - whole >= 0.5)).astype(np.int64)
 
 
-def _suffix_max(lists: RankedLists, values: FloatArray) -> FloatArray:
-    """Per ranked document, the largest of ``values`` at its rank or below in its query.
-
-    Values are replaced by their integer ranks so that queries can be kept apart by an
-    offset and one running maximum serves them all, exactly.
-    """
+def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> FloatArray:
+    """For each entry, the largest of ``values`` from it to the end of its segment (segments
+    ascending). Exact: the running maximum is taken over the values' ranks, which are
+    integers, so segments can be kept apart by an offset."""
     if not len(values):
         return values
-    distinct, ranks = np.unique(values, return_inverse=True)
-    span = len(distinct)
-    # backwards: later queries first, each offset above the ones after it
-    backwards = ranks[::-1].astype(np.int64) + (lists.size - 1 - lists.segment[::-1]) * span
-    running: IntArray = np.maximum.accumulate(backwards)
-    local = running - (lists.size - 1 - lists.segment[::-1]) * span
-    spread: FloatArray = distinct[local[::-1]]
+    distinct, rank = np.unique(values, return_inverse=True)
+    width = len(distinct)
+    key = (size - 1 - segment[::-1]) * width + rank[::-1]
+    running = np.maximum.accumulate(key)
+    spread: FloatArray = distinct[(running - (size - 1 - segment[::-1]) * width)][::-1]
     return spread

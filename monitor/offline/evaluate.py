@@ -36,26 +36,42 @@ class Evaluation:
     """Per-query text of the measures that print one (relstring)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RankedRun:
+    """A run ranked against qrels: the evaluated query ids (sorted), how many queries both
+    files have, the queries' ranked, labelled lists and the run's tag."""
+
+    query_ids: list[str]
+    shared_queries: int
+    lists: RankedLists
+    run_id: str
+
+
 def rank_run(
     qrels: Qrels, run: Run, *, complete: bool = False, max_docs: int | None = None
-) -> tuple[list[str], RankedLists]:
-    """The evaluated query ids (sorted) and their ranked, labelled lists (``max_docs``: as
-    ``evaluate``'s)."""
-    query_ids, _, lists = _rank(qrels, run, complete, max_docs)
-    return query_ids, lists
+) -> RankedRun:
+    """``run`` ranked against ``qrels``; ``max_docs``: only the top that many documents of
+    each ranking count (trec_eval ``-M``), the rest is discarded."""
+    query_ids, shared, lists = _rank(qrels, run, complete, max_docs)
+    return RankedRun(query_ids, shared, lists, run.run_id)
+
+
+def evaluate_ranked(ranked: RankedRun, specs: Sequence[MeasureSpec]) -> Evaluation:
+    """Score every spec on every evaluated query of ``ranked`` and summarise each."""
+    lists = ranked.lists
+    values = {spec: score(lists, spec) for spec in specs}
+    summary = {s: aggregate(s, v) for s, v in values.items()}
+    texts = {spec: relstring(lists, spec) for spec in specs if shown(spec) == "text"}
+    return Evaluation(ranked.query_ids, values, summary, ranked.shared_queries, ranked.run_id,
+                      texts)
 
 
 def evaluate(
     qrels: Qrels, run: Run, specs: Sequence[MeasureSpec], *, complete: bool = False,
     max_docs: int | None = None,
 ) -> Evaluation:
-    """Score every spec on every evaluated query and summarise each; ``max_docs``: only the
-    top that many documents of each ranking count (trec_eval ``-M``), the rest is discarded."""
-    query_ids, shared, lists = _rank(qrels, run, complete, max_docs)
-    values = {spec: score(lists, spec) for spec in specs}
-    summary = {s: aggregate(s, v) for s, v in values.items()}
-    texts = {spec: relstring(lists, spec) for spec in specs if shown(spec) == "text"}
-    return Evaluation(query_ids, values, summary, shared, run.run_id, texts)
+    """``evaluate_ranked`` of ``rank_run`` (``max_docs``: as ``rank_run``'s)."""
+    return evaluate_ranked(rank_run(qrels, run, complete=complete, max_docs=max_docs), specs)
 
 
 def _rank(

@@ -15,6 +15,7 @@ from typing import Literal
 
 import numpy as np
 
+from monitor.offline import curves
 from monitor.offline.ranking import (
     BoolArray,
     FloatArray,
@@ -23,7 +24,7 @@ from monitor.offline.ranking import (
     safe_divide,
     segment_sums,
 )
-from monitor.offline.spec import MeasureSpec
+from monitor.offline.spec import RECALL_LEVELS, MeasureSpec
 
 GEOMETRIC_FLOOR = 1e-5
 """trec_eval's MIN_GEO_MEAN: per-query values below it are raised to it before GMAP's log."""
@@ -224,16 +225,17 @@ def interpolated_precision(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """iprec_at_recall_x = max over ranks r at or below the c-th relevant document of P@r,
     c = lround(x R) (trec_eval 10; trec_eval 9 used (long)(x R + 0.9)); c = 0 is the first
     relevant document. 0 when fewer than c relevant documents were retrieved."""
-    return _interpolated(lists, spec, [_level(spec)])[0]
+    return curves.interpolated_precision(lists, spec.relevance, (_level(spec),))[:, 0]
 
 
 def eleven_point_average(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
     """11pt_avg = mean of iprec_at_recall over the levels (default 0, 0.1, ..., 1), added from
     the last level to the first, as trec_eval does."""
-    levels = list(spec.values or (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0))
+    levels = spec.values or RECALL_LEVELS
+    per_level = curves.interpolated_precision(lists, spec.relevance, levels)
     total = np.zeros(lists.size)
-    for values in reversed(_interpolated(lists, spec, levels)):
-        total = total + values
+    for column in reversed(range(len(levels))):
+        total = total + per_level[:, column]
     return total / len(levels)
 
 
@@ -390,49 +392,6 @@ def _level(spec: MeasureSpec) -> float:
     if spec.level is None:
         raise ValueError(f"{spec} needs a level")
     return spec.level
-
-
-def _interpolated(lists: RankedLists, spec: MeasureSpec, levels: list[float]) -> list[FloatArray]:
-    rel = spec.relevance
-    best_below, first, found = lists.shared(("interpolated", rel),
-                                            lambda: _best_precision_below(lists, rel))
-    out = []
-    for level in levels:
-        wanted = level * lists.num_rel(rel)
-        floor = np.floor(wanted)
-        cut = np.where(wanted - floor >= 0.5, floor + 1, floor).astype(np.int64)  # lround
-        cut = np.maximum(cut, 1)
-        reached = cut <= found
-        index = np.where(reached, first + cut - 1, 0)
-        values = best_below[index] if len(best_below) else np.zeros(lists.size)
-        out.append(np.where(reached, values, 0.0))
-    return out
-
-
-def _best_precision_below(lists: RankedLists, rel: int) -> tuple[FloatArray, IntArray, IntArray]:
-    """For each relevant document retrieved (in rank order), the best precision at its rank
-    or below it; the index of each query's first one; their number per query. Every recall
-    level of every iprec_at_recall and 11pt_avg reads them."""
-    at = np.flatnonzero(lists.relevant(rel))
-    segment = lists.segment[at]
-    precision = lists.rank_among(at) / (lists.position[at] + 1.0)
-    best_below = _segment_suffix_max(segment, precision, lists.size)
-    first = np.searchsorted(segment, np.arange(lists.size))
-    found = np.bincount(segment, minlength=lists.size)
-    return best_below, first, found
-
-
-def _segment_suffix_max(segment: IntArray, values: FloatArray, size: int) -> FloatArray:
-    """For each entry, the largest of ``values`` from it to the end of its segment (segments
-    ascending). Exact: the running maximum is taken over the values' ranks, which are
-    integers, so segments can be kept apart by an offset."""
-    if not len(values):
-        return values
-    distinct, rank = np.unique(values, return_inverse=True)
-    width = len(distinct)
-    key = (size - 1 - segment[::-1]) * width + rank[::-1]
-    running = np.maximum.accumulate(key)
-    return distinct[(running - (size - 1 - segment[::-1]) * width)][::-1]
 
 
 def _gain_table(lists: RankedLists, spec: MeasureSpec) -> dict[int, float]:
@@ -738,6 +697,12 @@ def score(lists: RankedLists, spec: MeasureSpec) -> FloatArray:
 def aggregate(spec: MeasureSpec, values: FloatArray) -> float | None:
     """The measure's summary over queries (mean, or geometric mean for GMAP)."""
     return MEASURES[spec.name].aggregate(values)
+
+
+def geometric(spec: MeasureSpec) -> bool:
+    """Whether ``spec``'s summary is a geometric mean (GMAP, gm_bpref): it has no per-query
+    value of its own, and what moves its summary is the mean of its values' logarithms."""
+    return MEASURES[spec.name].aggregate is geometric_mean
 
 
 def _cutoff(spec: MeasureSpec) -> int:

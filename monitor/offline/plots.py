@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from monitor.offline.curves import RECALL_LEVELS
+from monitor.offline.spec import RECALL_LEVELS
 
 _Label = Callable[[float], str]
 

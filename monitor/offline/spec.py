@@ -137,7 +137,9 @@ class TrecMeasure:
 
 
 _DEPTHS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
-_RECALL_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+RECALL_LEVELS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""trec_eval's recall levels: iprec_at_recall's and 11pt_avg's defaults, the points of a
+precision-recall curve."""
 
 TREC_MEASURES: dict[str, TrecMeasure] = {
     "runid": TrecMeasure("runid"),
@@ -150,7 +152,7 @@ TREC_MEASURES: dict[str, TrecMeasure] = {
     "Rprec": TrecMeasure("Rprec"),
     "bpref": TrecMeasure("bpref"),
     "recip_rank": TrecMeasure("RR"),
-    "iprec_at_recall": TrecMeasure("iprec_at_recall", "levels", _RECALL_LEVELS),
+    "iprec_at_recall": TrecMeasure("iprec_at_recall", "levels", RECALL_LEVELS),
     "P": TrecMeasure("P", "cutoffs", _DEPTHS),
     "relstring": TrecMeasure("relstring", "values", (10,)),
     "recall": TrecMeasure("R", "cutoffs", _DEPTHS),
@@ -160,7 +162,7 @@ TREC_MEASURES: dict[str, TrecMeasure] = {
         "Rprec_mult", "levels", (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)
     ),
     "utility": TrecMeasure("utility", "values", (1.0, -1.0, 0.0, 0.0)),
-    "11pt_avg": TrecMeasure("11pt_avg", "values", _RECALL_LEVELS),
+    "11pt_avg": TrecMeasure("11pt_avg", "values", RECALL_LEVELS),
     "binG": TrecMeasure("binG"),
     "G": TrecMeasure("G", "pairs"),
     "dcg": TrecMeasure("dcg", "pairs"),

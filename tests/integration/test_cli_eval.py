@@ -395,6 +395,9 @@ def test_the_single_run_output_stays_trec_eval_s_with_a_plot(tmp_path: Path) -> 
     (["--plot-measure", "AP"], "--plot-measure is the measure of --plot's charts"),
     (["--plot", "/tmp/never.svg", "--plot-measure", "P.5,10"], "one measure, not 2"),
     (["--plot", "/tmp/never.svg", "--plot-measure", "nope"], "--plot-measure:"),
+    (["--plot", "/tmp/never.svg", "--plot-measure", "gm_map"], "GMAP has no per-query value"),
+    (["--plot", "/tmp/never.svg", "--plot-measure", "gm_bpref"],
+     "gm_bpref has no per-query value"),
 ])
 def test_two_run_and_plot_usage_errors(args: list[str], message: str) -> None:
     done = searchmon("eval", QRELS, RUN, *args)

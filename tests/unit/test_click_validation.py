@@ -19,7 +19,7 @@ from scipy.stats import kendalltau, spearmanr
 
 from monitor.config import Config
 from monitor.core.querylists import QueryLists
-from monitor.inputs.clicklog import ClickLogReader, decoded, read_all
+from monitor.inputs.clicklog import read_click_log
 from monitor.inputs.generate import (
     EXAMINATION,
     Regression,
@@ -81,8 +81,7 @@ def generated(directory: Path) -> tuple[Path, np.ndarray, dict[tuple[str, str], 
 def log(tmp_path_factory: pytest.TempPathFactory) -> ClickLog:
     path, _, _ = generated(tmp_path_factory.getbasetemp())
     config = Config()
-    reader = ClickLogReader(5, QueryLists(config.query_lists).key)
-    return read_all(reader, decoded([path], config)).finish().public(5)
+    return read_click_log([path], config, QueryLists(config.query_lists).key, 5)
 
 
 @pytest.fixture(scope="module")

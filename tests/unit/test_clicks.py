@@ -15,7 +15,7 @@ import pytest
 
 from monitor.config import Config
 from monitor.core.querylists import QueryLists
-from monitor.inputs.clicklog import ClickLogReader, decoded, read_all
+from monitor.inputs.clicklog import read_click_log
 from monitor.offline.clicks import (
     MODELS,
     THRESHOLDS,
@@ -195,8 +195,7 @@ def click(number: int, doc: str, position: int, event: str = "") -> dict[str, An
 
 def read(paths: list[Path], min_sessions: int = 1) -> ClickLog:
     config = Config()
-    reader = ClickLogReader(min_sessions, QueryLists(config.query_lists).key)
-    return read_all(reader, decoded(paths, config)).finish().public(min_sessions)
+    return read_click_log(paths, config, QueryLists(config.query_lists).key, min_sessions)
 
 
 def rows(log: ClickLog) -> list[tuple[str, str, int, bool]]:

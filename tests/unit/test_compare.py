@@ -35,6 +35,17 @@ def test_only_queries_both_runs_have_and_neither_skipped_are_paired() -> None:
     assert ap.tested_b.tolist() == ap.b.tolist()
 
 
+@pytest.mark.parametrize("name", ["GMAP", "gm_bpref"])
+def test_a_geometric_mean_is_tested_on_the_logarithms_of_its_values(name: str) -> None:
+    spec = MeasureSpec(name)
+    a = Evaluation(["1", "2"], {spec: np.array([0.5, 0.0])}, {}, 2)
+    b = Evaluation(["1", "2"], {spec: np.array([0.25, 0.5])}, {}, 2)
+    [paired] = pair(a, b, [(name, spec)])
+    assert paired.mean_a == pytest.approx(math.sqrt(0.5 * 1e-5))
+    assert paired.tested_a.tolist() == pytest.approx([math.log(0.5), math.log(1e-5)])
+    assert paired.tested_b.tolist() == pytest.approx([math.log(0.25), math.log(0.5)])
+
+
 def test_the_text_names_the_runs_and_the_queries_then_a_line_per_measure() -> None:
     rows = [MeasureComparison("map", 3, 0.25, 0.3, 0.125, 0.04321),
             MeasureComparison("P_5", 0, None, None, 1.0, 1.0)]

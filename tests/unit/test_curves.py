@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monitor.offline.curves import RECALL_LEVELS, interpolated_precision, mean_curve
+from monitor.offline.curves import interpolated_precision, mean_curve
 from monitor.offline.evaluate import rank_run
 from monitor.offline.ranking import RankedLists
+from monitor.offline.spec import RECALL_LEVELS
 from monitor.offline.trec import parse_qrels, parse_run
 from tests.support.files import DATA
 
@@ -33,12 +34,13 @@ def _golden(name: str) -> dict[tuple[str, float], float]:
 def test_every_level_of_every_query_and_the_mean_equal_trec_eval(
     qrels: str, run: str, expected: str, complete: bool, rel: int, max_docs: int | None
 ) -> None:
-    query_ids, lists = rank_run(
+    ranked = rank_run(
         parse_qrels((DATA / qrels).read_bytes(), qrels), parse_run((DATA / run).read_bytes(), run),
         complete=complete, max_docs=max_docs,
     )
+    query_ids = ranked.query_ids
     golden = _golden(expected)
-    values = interpolated_precision(lists, rel)
+    values = interpolated_precision(ranked.lists, rel)
     ours = {(qid, level): round(float(values[i, j]), 4)
             for i, qid in enumerate(query_ids) for j, level in enumerate(RECALL_LEVELS)}
     curve = mean_curve(values)

@@ -34,9 +34,9 @@ from monitor.core.heavy import (
     merge_many,
     merge_states,
     redact,
-    session_hash,
 )
 from monitor.core.snapshots import StateError
+from monitor.inputs.events import session_hash
 
 
 def zipf_stream(seed: int, length: int, universe: int, exponent: float = 1.1) -> list[str]:

@@ -7,10 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from monitor.offline.curves import RECALL_LEVELS, interpolated_precision, mean_curve
+from monitor.offline.curves import interpolated_precision, mean_curve
 from monitor.offline.evaluate import rank_run
 from monitor.offline.plots import RunFigures, evaluation_svg
 from monitor.offline.ranking import RankedLists
+from monitor.offline.spec import RECALL_LEVELS
 from monitor.offline.trec import parse_qrels, parse_run
 from tests.support.files import DATA
 
@@ -73,8 +74,8 @@ def test_the_trec_eval_collections_curve_is_trec_eval_s() -> None:
         measure, qid, value = (part.strip() for part in line.split("\t"))
         if measure.startswith("iprec_at_recall_") and qid == "all":
             golden[float(measure.removeprefix("iprec_at_recall_"))] = float(value)
-    _, lists = rank_run(parse_qrels((DATA / "qrels.test").read_bytes(), "q"),
-                        parse_run((DATA / "results.test").read_bytes(), "r"))
+    lists = rank_run(parse_qrels((DATA / "qrels.test").read_bytes(), "q"),
+                     parse_run((DATA / "results.test").read_bytes(), "r")).lists
     curve = mean_curve(interpolated_precision(lists))
     svg = evaluation_svg([RunFigures("results.test", curve, {"301": 0.1}, 0.1)], "AP", "t")
     assert dict(_points(svg)["results.test"]) == golden
