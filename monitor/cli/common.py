@@ -78,15 +78,22 @@ def write_lines(lines: Iterable[bytes], output: Path | None) -> None:
 
 def produce(bootstrap: str, messages: Iterable[tuple[str, str, bytes]], **options: Any) -> None:
     """Each ``(topic, key, value)`` to the Kafka of ``bootstrap``, all flushed before the
-    return; ``options``: the producer's (kafka-python keyword arguments). A ``KafkaError``
-    is the caller's to report."""
+    return; ``options``: the producer's (kafka-python keyword arguments). A broker that
+    cannot be reached, or refuses, is a ``UsageError`` naming it."""
     from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **options)
-    for topic, key, value in messages:
-        producer.send(topic, key=key.encode(), value=value)
-    producer.flush()
-    producer.close()
+    topics: set[str] = set()
+    try:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, **options)
+        for topic, key, value in messages:
+            topics.add(topic)
+            producer.send(topic, key=key.encode(), value=value)
+        producer.flush()
+        producer.close()
+    except KafkaError as error:
+        where = f" ({', '.join(sorted(topics))})" if topics else ""
+        raise UsageError(f"cannot produce to {bootstrap}{where}: {error}") from None
 
 
 def setup_logging(args: argparse.Namespace, default: Level, config: Config | None = None) -> None:

@@ -154,14 +154,9 @@ def _message(args: argparse.Namespace, number: int, query: Judged, stamp: float,
 
 
 def _produce(args: argparse.Namespace, config: Config, lines: list[tuple[str, bytes]]) -> None:
-    from kafka.errors import KafkaError
-
     topic = args.topic or config.kafka.judgments_topic
-    try:
-        produce(args.kafka, ((topic, key, line) for key, line in lines), acks="all",
-                **config.kafka.client_options())
-    except KafkaError as error:
-        raise UsageError(f"cannot produce to {args.kafka} ({topic}): {error}") from None
+    produce(args.kafka, ((topic, key, line) for key, line in lines), acks="all",
+            **config.kafka.client_options())
     note(f"{len(lines):,} messages produced to {topic}")
 
 

@@ -257,7 +257,7 @@ class QueryLists:
         if batch is None or not batch.low <= time < batch.high:
             batch = self._batch(batches, klass, time, arrivals)
         entry = batch.counts.get(key)
-        # crc32(session_id.encode()) is ``monitor.core.heavy.session_hash``, inlined: per query
+        # crc32(session_id.encode()) is ``monitor.inputs.events.session_hash``, inlined: per query
         if entry is None:
             # one list per query: its count, flagged count, the flagged sessions (a set once
             # one is, and only for arrivals: the zero-result list's k-anonymity), then its

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import re
+import socket
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.cli.common import EXIT_USAGE
+from monitor.cli.common import EXIT_USAGE, UsageError, produce
 from monitor.cli.main import main
 from monitor.config import Config
 from monitor.core.pipeline import Pipeline
@@ -663,3 +664,13 @@ def test_a_regression_can_be_confined_to_a_variant(tmp_path: Path) -> None:
     assert ctr["B"]["ctr"] < ctr["A"]["ctr"] - 0.3, ctr
     for variant in ("A", "B"):
         assert abs(ctr[variant]["ctr"] - ctr[variant]["truth"]) < 4 * ctr[variant]["error"], ctr
+
+
+def test_a_broker_that_cannot_be_reached_is_a_usage_error_naming_it() -> None:
+    """``generate --kafka`` and ``judgments import --kafka`` produce through one helper: a
+    broker nobody answers at is a clear error (exit 2), not a traceback."""
+    with socket.socket() as held:  # a port of this machine that nothing listens on
+        held.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{held.getsockname()[1]}"
+    with pytest.raises(UsageError, match=f"cannot produce to {address}"):
+        produce(address, [("search-events", "k", b"{}")], bootstrap_timeout_ms=300)
