@@ -73,15 +73,13 @@ def fleiss_kappa(units: Units) -> float | None:
     1))`` (``n_j`` the pair's raters who gave label ``j``, ``n`` its raters), ``P_e = sum_j
     p_j^2`` with ``p_j`` the share of label ``j`` among all those ratings. None when no pair
     has two raters, or when ``P_e = 1``."""
-    rated = [Counter(labels.values()) for labels in units.values() if len(labels) >= 2]
+    rated, totals = _pairable(units)
     if not rated:
         return None
     agreement = 0.0
-    totals: Counter[int] = Counter()
     for counts in rated:
         raters = sum(counts.values())
         agreement += sum(n * (n - 1) for n in counts.values()) / (raters * (raters - 1))
-        totals.update(counts)
     observed = agreement / len(rated)
     everyone = sum(totals.values())
     expected = sum((n / everyone) ** 2 for n in totals.values())
@@ -97,18 +95,25 @@ def krippendorff_alpha(units: Units) -> float | None:
     weighted ``1 / (m - 1)`` for its ``m`` raters, and ``n_c`` the pairable labels c (those
     of pairs with two raters or more), ``n`` all of them. None when nothing is pairable or
     every pairable label is the same."""
-    rated = [Counter(labels.values()) for labels in units.values() if len(labels) >= 2]
+    rated, totals = _pairable(units)
     if not rated:
         return None
     disagreement = 0.0
-    totals: Counter[int] = Counter()
     for counts in rated:
         raters = sum(counts.values())
         same = sum(n * (n - 1) for n in counts.values())
         disagreement += (raters * (raters - 1) - same) / (raters - 1)
-        totals.update(counts)
     everyone = sum(totals.values())
     expected = everyone**2 - sum(n * n for n in totals.values())
     if expected == 0:
         return None
     return 1 - (everyone - 1) * disagreement / expected
+
+
+def _pairable(units: Units) -> tuple[list[Counter[int]], Counter[int]]:
+    """The label counts of each pair two raters or more rated, and of all their labels."""
+    rated = [Counter(labels.values()) for labels in units.values() if len(labels) >= 2]
+    totals: Counter[int] = Counter()
+    for counts in rated:
+        totals.update(counts)
+    return rated, totals
