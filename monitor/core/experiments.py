@@ -67,7 +67,8 @@ def unit_hash(unit: str) -> int:
 
 
 class Units:
-    """The distinct units of one variant: exact up to ``cap``, then a HyperLogLog."""
+    """The distinct units of one variant: exact up to ``cap``, then a HyperLogLog (built from
+    the exact units when the first one does not fit: until then it is theirs, derivable)."""
 
     __slots__ = ("cap", "exact", "overflowed", "pending", "registers")
 
@@ -77,7 +78,8 @@ class Units:
         """Whether a unit did not fit in ``exact``: the count is the sketch's from then on."""
         self.exact = np.zeros(0, dtype=np.uint64)
         self.pending: list[int] = []
-        self.registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
+        self.registers: np.ndarray | None = None
+        """The HyperLogLog registers, once ``overflowed`` (None before: ``exact`` counts)."""
 
     def add(self, hashed: int) -> None:
         self.pending.append(hashed)
@@ -89,13 +91,8 @@ class Units:
             return
         hashes = np.unique(np.array(self.pending, dtype=np.uint64))
         self.pending = []
-        index = (hashes >> np.uint64(64 - HLL_BITS)).astype(np.int64)
-        rest = (hashes << np.uint64(HLL_BITS)) | np.uint64(1 << (HLL_BITS - 1))
-        # rank: leading zeros of the remaining bits, plus one
-        ranks = (64 - np.floor(np.log2(rest.astype(np.float64))).astype(np.int64)).astype(
-            np.uint8
-        )
-        np.maximum.at(self.registers, index, ranks)
+        if self.registers is not None:
+            self._sketch(hashes)
         exact = self.exact
         if len(exact) < self.cap:  # the new ones inserted in order: O(n + m log n)
             at = np.searchsorted(exact, hashes)
@@ -113,6 +110,21 @@ class Units:
             inside = at < len(exact)
             if not inside.all() or (exact[at[inside]] != hashes[inside]).any():
                 self.overflowed = True
+        if self.overflowed and self.registers is None:  # every unit so far, then these
+            self.registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
+            self._sketch(self.exact)
+            self._sketch(hashes)
+
+    def _sketch(self, hashes: np.ndarray) -> None:
+        """Count ``hashes`` into the HyperLogLog registers."""
+        assert self.registers is not None
+        index = (hashes >> np.uint64(64 - HLL_BITS)).astype(np.int64)
+        rest = (hashes << np.uint64(HLL_BITS)) | np.uint64(1 << (HLL_BITS - 1))
+        # rank: leading zeros of the remaining bits, plus one
+        ranks = (64 - np.floor(np.log2(rest.astype(np.float64))).astype(np.int64)).astype(
+            np.uint8
+        )
+        np.maximum.at(self.registers, index, ranks)
 
     @property
     def approximate(self) -> bool:
@@ -120,7 +132,7 @@ class Units:
 
     def count(self) -> int:
         self.merge()
-        if not self.approximate:
+        if self.registers is None:
             return len(self.exact)
         registers = self.registers.astype(np.float64)
         m = float(len(registers))
@@ -138,7 +150,8 @@ class VariantState:
     units: str
     """The exact units' hashes: little-endian uint64, base64."""
     registers: str
-    """The HyperLogLog registers, base64."""
+    """The HyperLogLog registers, base64, when ``approximate`` (else empty: the exact units
+    say them; version 1 wrote them always, and they are not read)."""
     approximate: bool = False
     """Whether some unit did not fit in the exact ones."""
 
@@ -154,6 +167,11 @@ class InterleavedState:
     open_pairs: list[Int]
     open_teams: list[list[str]]
     open_clicks: list[list[Int]]
+
+
+def _same(document: Any) -> Any:
+    """Version 1 reads as version 2: registers it wrote for exact counts are left unread."""
+    return document
 
 
 @dataclass(frozen=True)
@@ -173,8 +191,10 @@ class ExperimentsState:
 class Experiments:
     """The experiments of ``[[experiments]]``: per variant, per bucket sums and the units."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _same}
+    """Version 2 writes the HyperLogLog registers only once a variant's count is approximate
+    (version 1 always did; they are not read otherwise)."""
 
     configs: list[ExperimentConfig]
     sums: list[list[np.ndarray[Any, np.dtype[np.float64]]]] = field(default_factory=list)
@@ -298,7 +318,8 @@ class Experiments:
                 variants.append(VariantState(
                     [list(map(float, row)) for row in array],
                     base64.b64encode(counted.exact.astype("<u8").tobytes()).decode(),
-                    base64.b64encode(counted.registers.tobytes()).decode(),
+                    base64.b64encode(counted.registers.tobytes()).decode()
+                    if counted.registers is not None else "",
                     counted.approximate,
                 ))
             state.append(variants)
@@ -356,10 +377,12 @@ class Experiments:
                 units = self.units[e][v]
                 units.exact = np.frombuffer(base64.b64decode(variant.units),
                                             dtype="<u8").astype(np.uint64)
-                registers = np.frombuffer(base64.b64decode(variant.registers), dtype=np.uint8)
-                require(len(registers) == 1 << HLL_BITS, "experiments: HyperLogLog size")
-                units.registers = registers.copy()
                 units.overflowed = variant.approximate
+                if variant.approximate:
+                    registers = np.frombuffer(base64.b64decode(variant.registers),
+                                              dtype=np.uint8)
+                    require(len(registers) == 1 << HLL_BITS, "experiments: HyperLogLog size")
+                    units.registers = registers.copy()
             else:
                 moved[old] = e
         for source, target in ((state.open_queries, self.queries),

@@ -123,10 +123,17 @@ def test_units_are_exact_up_to_the_bound_then_estimated() -> None:
     for i in range(600):
         units.add(unit_hash(f"user-{i % 400}"))
     assert units.count() == 400 and not units.approximate
+    assert units.registers is None  # the exact units count: no sketch kept, none written
+    sketched = Units(cap=0)  # a sketch of every unit from the first
+    for name in [*(f"user-{i % 400}" for i in range(600)), *(f"user-{i}" for i in range(20000))]:
+        sketched.add(unit_hash(name))
     for i in range(20000):
         units.add(unit_hash(f"user-{i}"))
     estimate = units.count()
     assert units.approximate and abs(estimate - 20000) < 0.05 * 20000
+    # the sketch begun at the first unit that did not fit holds the units counted before
+    assert sketched.count() == estimate and units.registers is not None
+    assert (units.registers == sketched.registers).all()
 
 
 def test_session_units_and_several_experiments_at_once() -> None:
