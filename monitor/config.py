@@ -86,10 +86,19 @@ class KafkaConfig(Section):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
-    session_timeout_ms: int = Field(default=10000, ge=1000)
-    heartbeat_interval_ms: int = Field(default=3000, ge=100)
+    session_timeout_ms: int = Field(default=6000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=2000, ge=100)
     max_poll_interval_ms: int = Field(default=300000, ge=1000)
     max_poll_records: int = Field(default=5000, ge=1)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> KafkaConfig:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms}), a third of it at most"
+            )
+        return self
 
     def client_options(self) -> dict[str, Any]:
         """Security settings as kafka-python keyword arguments (the password revealed here

@@ -113,8 +113,11 @@ class KafkaSource:
             # JoinGroup, and so starts the rebalance over, when the answer to the previous
             # one arrived while no poll was waiting for it. Work between polls during a
             # rebalance (a checkpoint of a large state takes a while) made that the rule.
+            # Short polls meanwhile: the assignment is taken over within 50 ms of its coming
+            # (a poll of partitions read to their end waits out its whole timeout).
             while True:
-                batch = self.consumer.poll(timeout_ms=500, max_records=limit)
+                wait = 50 if self.fence.rebalancing else 500
+                batch = self.consumer.poll(timeout_ms=wait, max_records=limit)
                 if batch or not self.fence.rebalancing or stop.is_set():
                     return batch
         while True:

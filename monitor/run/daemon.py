@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from kafka.errors import KafkaError
 from prometheus_client.metrics_core import Metric
@@ -254,9 +254,7 @@ class Daemon:
                         backoff = min(backoff * 2, 30.0)
                         continue
                 try:
-                    batch = source.poll(
-                        self._answered_or_stalled if self._in_flight else None, self.stop
-                    )
+                    batch = source.poll(self._poll_ends(worker), self.stop)
                 except KafkaError as error:
                     log.warning("poll failed: %s", error)
                     batch = {}
@@ -671,6 +669,17 @@ class Daemon:
             self._started = None  # said once
 
     # --- health -----------------------------------------------------------------------------
+
+    def _poll_ends(self, worker: Worker) -> Callable[[], bool] | None:
+        """What ends a poll before records come: the worker's answer to the batch in
+        flight, or to the restore in progress (taken over as soon as it comes, not after a
+        poll of nothing from paused partitions); None while the group rebalances with
+        nothing in flight (nothing but poll then)."""
+        if self._in_flight:
+            return self._answered_or_stalled
+        if self._assigning is not None and not self.rebalance.rebalancing:
+            return worker.answered
+        return None
 
     def _answered_or_stalled(self) -> bool:
         """Whether the worker answered the batch in flight (said while polling for the next

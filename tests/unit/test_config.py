@@ -37,6 +37,8 @@ def test_a_file_with_only_what_differs_is_valid() -> None:
          "not a regular expression"),
         ('[[query_classes.rules]]\nclass = "x"', "at least one of pattern"),
         ("[sessions\n", "not valid TOML"),
+        ("[kafka]\nsession_timeout_ms = 1500",
+         "heartbeat_interval_ms (2000) must be below session_timeout_ms (1500)"),
     ],
 )
 def test_errors_name_the_key_and_what_is_accepted(text: str, message: str) -> None:
