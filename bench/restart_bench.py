@@ -5,7 +5,9 @@ a 4-partition events topic and a 1-partition judgments topic. ``searchmon run`` 
 timings) reads all of it and stops on SIGTERM; then it starts again over the same state
 directory. Printed: the size of the state directory, and the time from process start to the
 daemon's "caught up" line for the first start (an empty state: the baseline) and for the
-restart, and their ratio.
+restart, and their ratio; then the restart's steps, from its log: process start to connecting
+to the broker, to taking the partitions over (the group's join, then the restore of the
+checkpoints decoded meanwhile), to "caught up".
 """
 
 from __future__ import annotations
@@ -16,10 +18,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from monitor.cli.broker import Broker, free_port
 from monitor.inputs.generate import Traffic, World, events
+
+STEPS = (("connected", "connected to "), ("took over", "took over "))
+"""The daemon's log lines that mark the steps to "caught up"."""
+
+
+def steps(log: Path, total: float) -> dict[str, float]:
+    """Seconds from process start to each step of ``STEPS`` (its first line), from the log's
+    timestamps counted back from the "caught up" line, which says its own time since start."""
+    stamps: dict[str, datetime] = {}
+    for line in log.read_text().splitlines():
+        for name, text in (*STEPS, ("caught up", "caught up: ")):
+            if text in line and name not in stamps:
+                stamps[name] = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    end = stamps["caught up"]
+    return {name: total - (end - stamps[name]).total_seconds() for name, _ in STEPS}
 
 
 def run_until_caught_up(config: Path, log: Path, timeout: float = 300.0) -> float:
@@ -60,12 +78,17 @@ def main() -> None:
             first = run_until_caught_up(config, Path(tmp, "first.log"))
             size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
             again = run_until_caught_up(config, Path(tmp, "restart.log"))
+            marks = steps(Path(tmp, "restart.log"), again)
     finally:
         broker.stop()
     print(f"restart bench: {len(stream):,} messages (3 h of traffic with live qrels)")
     print(f"  state directory:             {size / 1e6:10.1f} MB")
     print(f"  first start to caught up:    {first:10.1f} s  (baseline: reads everything)")
     print(f"  restart to caught up:        {again:10.1f} s  (target: within 5 s)")
+    print(f"    process start to connected:  {marks['connected']:8.2f} s")
+    print(f"    connected to took over:      {marks['took over'] - marks['connected']:8.2f} s"
+          "  (the group's join, the restore)")
+    print(f"    took over to caught up:      {again - marks['took over']:8.2f} s")
     print(f"  ratio restart / first start: {again / first:10.2f}")
 
 
