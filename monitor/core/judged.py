@@ -62,7 +62,7 @@ CURVE_SIZE = len(RECALL_LEVELS) + 1
 """A curve cell: the sums of each recall level's interpolated precision, then the count."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pending:
     """A judged query waiting to be scored."""
 
@@ -120,19 +120,37 @@ class Window:
     def add_batch(
         self, times: FloatArray, classes: IntArray, matrix: FloatArray, valid: BoolArray
     ) -> None:
-        """Rows of scores (``valid``: not NaN) at ``times`` of ``classes``."""
-        indexes = np.floor_divide(times, self.width).astype(np.int64)
+        """Rows of scores (``valid``: not NaN) at ``times`` of ``classes``. Each (bucket,
+        class) cell gets the sum of its rows' scores in their order, as one query at a time
+        would add them (``np.bincount`` adds its weights in order, from 0.0)."""
+        numbers, bucket_of = np.unique(
+            np.floor_divide(times, self.width).astype(np.int64), return_inverse=True
+        )
+        present, class_of = np.unique(classes, return_inverse=True)
+        width, measures = len(present) + 1, matrix.shape[1]  # the classes, then OVERALL
+        size = len(numbers) * width
+        # every row twice: in its (bucket, class) group, then in its bucket's OVERALL one
+        groups = np.concatenate([bucket_of * width + class_of, bucket_of * width + width - 1])
+        cells = (groups[:, None] * measures + np.arange(measures)).ravel()
+        both = np.concatenate([valid, valid]).ravel()
         zeroed = np.where(valid, matrix, 0.0)
-        for index in np.unique(indexes):
-            in_bucket = indexes == index
-            bucket = self.buckets.get(int(index))
+        sums = np.bincount(
+            cells, np.concatenate([zeroed, zeroed]).ravel(), minlength=size * measures
+        ).reshape(size, measures).tolist()
+        counts = np.bincount(cells[both], minlength=size * measures).reshape(
+            size, measures
+        ).tolist()
+        rows = np.bincount(groups, minlength=size).tolist()
+        names = [*present.tolist(), OVERALL]
+        for b, number in enumerate(numbers.tolist()):
+            bucket = self.buckets.get(number)
             if bucket is None:
-                bucket = self.buckets[int(index)] = {}
-            for klass in [*np.unique(classes[in_bucket]).tolist(), OVERALL]:
-                rows = in_bucket if klass == OVERALL else in_bucket & (classes == klass)
-                sums = zeroed[rows].sum(axis=0).tolist()
-                counts = valid[rows].sum(axis=0).tolist()
-                for m, (total, count) in enumerate(zip(sums, counts, strict=True)):
+                bucket = self.buckets[number] = {}
+            for c, klass in enumerate(names):
+                group = b * width + c
+                if not rows[group]:
+                    continue
+                for m, (total, count) in enumerate(zip(sums[group], counts[group], strict=True)):
                     if count:
                         cell = bucket.get((klass, m))
                         if cell is None:
@@ -770,9 +788,9 @@ class Judged:
         live = [i for i, pending in enumerate(batch) if pending.source == "live"]
         if live:
             self._drift_batch([batch[i] for i in live], matrix[live])
-        for i, (pending, row) in enumerate(zip(batch, matrix.tolist(), strict=True)):
+        for i, pending in enumerate(batch):
             if pending.sample_id is not None:
-                values = tuple(row)
+                values = tuple(matrix[i].tolist())
                 self._count_sample_query(pending.klass, values)
                 sample = self.open_samples.get(pending.sample_id)
                 if sample is not None:
@@ -792,15 +810,18 @@ class Judged:
         labels): their scores come from a bounded memo when they were computed before."""
         memo = self._memo
         matrix = np.empty((len(batch), len(self.specs)), dtype=np.float64)
-        misses, keys = [], []
+        misses, keys, hits, remembered = [], [], [], []
         for i, pending in enumerate(batch):
             key = (pending.source, pending.key, tuple(pending.ranking))
             found = memo.get(key)
             if found is not None and found[0] is pending.labels:
-                matrix[i] = found[1]
+                hits.append(i)
+                remembered.append(found[1])
             else:
                 misses.append(i)
                 keys.append(key)
+        if hits:
+            matrix[hits] = remembered
         if misses:
             lists = RankedLists.from_lists(
                 [batch[i].ranking for i in misses], [batch[i].labels for i in misses]
@@ -841,32 +862,39 @@ class Judged:
         self, sources: IntArray, times: FloatArray, classes: IntArray, matrix: FloatArray
     ) -> None:
         """A scored batch (one row per query, one column per measure, NaN: skipped) into
-        the score histograms and the windows, a few numpy operations per (class, measure)."""
+        the score histograms and the windows, a few numpy operations per batch and window."""
         valid = ~np.isnan(matrix)
         self.skipped += int(valid.size - np.count_nonzero(valid))
         buckets = np.searchsorted(SCORE_BUCKETS, np.where(valid, matrix, 0.0), side="left")
-        size = len(SCORE_BUCKETS) + 1
-        present = [int(k) for k in np.unique(classes)]
+        size, measures = len(SCORE_BUCKETS) + 1, matrix.shape[1]
+        present = np.unique(classes)
+        groups = len(present) + 1  # the classes of the batch, then OVERALL
+        slot = np.searchsorted(present, classes)
+        names = [*present.tolist(), OVERALL]
         for s, source in enumerate(SOURCES):
-            of_source = sources == s
-            if not of_source.any():
+            rows, column = np.nonzero(valid & (sources == s)[:, None])
+            if not len(rows):
                 continue
-            for klass in [*present, OVERALL]:
-                rows = of_source if klass == OVERALL else of_source & (classes == klass)
-                if not rows.any():
-                    continue
-                for m in range(matrix.shape[1]):
-                    chosen = rows & valid[:, m]
-                    if not chosen.any():
-                        continue
-                    key = (source, klass, m)
-                    counts = self.histograms.get(key)
-                    if counts is None:
-                        counts = self.histograms[key] = [0] * size
-                        self.histogram_sums[key] = 0.0
-                    for bucket, n in enumerate(np.bincount(buckets[chosen, m], minlength=size)):
-                        counts[bucket] += int(n)
-                    self.histogram_sums[key] += float(matrix[chosen, m].sum())
+            # every (class, measure) cell at once: its counts per bucket and its sum, the
+            # cells of a class first, then the overall ones (every row again)
+            cell = np.concatenate([slot[rows] * measures + column,
+                                   (groups - 1) * measures + column])
+            values = matrix[rows, column]
+            counts = np.bincount(
+                cell * size + np.tile(buckets[rows, column], 2), minlength=groups * measures * size
+            ).reshape(groups * measures, size)
+            # each cell's sum: its scores added in the batch's order, from 0.0
+            sums = np.bincount(cell, np.tile(values, 2), minlength=groups * measures).tolist()
+            filled = np.flatnonzero(counts.any(axis=1)).tolist()
+            for c, added in zip(filled, counts[filled].tolist(), strict=True):
+                key = (source, names[c // measures], c % measures)
+                histogram = self.histograms.get(key)
+                if histogram is None:
+                    self.histograms[key] = added
+                    self.histogram_sums[key] = sums[c]
+                else:
+                    histogram[:] = [a + b for a, b in zip(histogram, added, strict=True)]
+                    self.histogram_sums[key] += sums[c]
         for (source, _), window in self.time_windows.items():
             admitted = sources == SOURCES.index(source)
             if not math.isinf(self.clock):
@@ -903,49 +931,64 @@ class Judged:
         # what one scored query adds to its bucket: its scores, then 1 per scored measure
         addends = np.hstack([np.where(valid, matrix, 0.0), valid.astype(np.float64)])
         halves = [length / 2 for length in self.drift]
-        places: dict[str, tuple[int, tuple[int, ...]] | None] = {}
-        """Per key: the class and buckets of all its queries; None when they differ."""
-        members: dict[str, list[int]] = {}
+        # each query's bucket per window (``int(time // half)``: numpy divides as Python)
+        indexes = np.floor_divide(
+            np.array([pending.time for pending in rows])[:, None], halves
+        ).astype(np.int64).tolist()
+        group_of: list[int] = []
+        """Per query: its key's group, numbered in the order of first appearance."""
+        number: dict[str, int] = {}
         shown_of: list[str] = []
+        firsts: list[int] = []
+        places: list[tuple[int, list[int]] | None] = []
+        """Per group: the class and buckets of all its queries; None when they differ."""
         for i, pending in enumerate(rows):
             shown = show(pending.key)
-            shown_of.append(shown)
-            time = pending.time
-            place = (pending.klass, tuple([int(time // half) for half in halves]))
-            known = places.get(shown, place)
-            places[shown] = place if known == place else None
-            members.setdefault(shown, []).append(i)
+            place = (pending.klass, indexes[i])
+            g = number.get(shown)
+            if g is None:
+                g = number[shown] = len(shown_of)
+                shown_of.append(shown)
+                firsts.append(i)
+                places.append(place)
+            elif places[g] != place:
+                places[g] = None
+            group_of.append(g)
         clock, windows = self.clock, list(self.drift.items())
+        clock_indexes = [_index(clock, half) for half in halves]
         cells: list[list[tuple[dict[int, list[float]], int]]] = [[] for _ in windows]
         starts: list[list[list[float]]] = [[] for _ in windows]
-        slots = np.full((len(windows), len(rows)), -1, dtype=np.intp)
-        for i, shown in enumerate(shown_of):
-            placed = places[shown]
+        slots = [[-1] * len(shown_of) for _ in windows]
+        """Per window and group: its cell's row in ``starts`` (-1: not placed)."""
+        for i, g in enumerate(group_of):
+            placed = places[g]
             if placed is None:
-                self._drift(rows[i], addends[i].tolist(), shown)
+                self._drift(rows[i], addends[i].tolist(), shown_of[g])
                 continue
-            of_group = members[shown]
-            if of_group[0] != i:
+            if firsts[g] != i:
                 continue  # placed with the first of its group
-            klass, indexes = placed
+            klass, buckets_of = placed
+            shown = shown_of[g]
             for w, (_, keys) in enumerate(windows):
-                index = indexes[w]
-                found = _bucket(keys, shown, klass, index, _index(clock, halves[w]))
+                index = buckets_of[w]
+                found = _bucket(keys, shown, klass, index, clock_indexes[w])
                 if found is None:
                     continue  # older than the two windows compared
                 buckets, cell = found
                 if cell is None:
                     cell = [0.0] * addends.shape[1]  # 0.0 + the first addend: that addend
                     buckets[index] = cell
-                slots[w, of_group] = len(cells[w])
+                slots[w][g] = len(cells[w])
                 cells[w].append((buckets, index))
                 starts[w].append(cell)
+        groups = np.array(group_of, dtype=np.intp)
         for w in range(len(windows)):
             if not cells[w]:
                 continue
             totals = np.array(starts[w], dtype=np.float64)
-            chosen = slots[w] >= 0
-            np.add.at(totals, slots[w, chosen], addends[chosen])
+            of_row = np.array(slots[w], dtype=np.intp)[groups]
+            chosen = of_row >= 0
+            np.add.at(totals, of_row[chosen], addends[chosen])
             for (buckets, index), total in zip(cells[w], totals.tolist(), strict=True):
                 buckets[index] = total
 

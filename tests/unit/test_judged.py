@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 
 from monitor.config import Config, OfflineConfig
-from monitor.core.judged import OVERALL, SOURCES, Judged, Pending
+from monitor.core.judged import OVERALL, SCORE_BUCKETS, SOURCES, Judged, Pending, Window
 from monitor.core.pipeline import Pipeline
 from monitor.core.stats import paired_t_p_value, sign_flip_p_value
 from monitor.inputs.generate import Regression, Traffic, World, events
@@ -292,3 +292,78 @@ def test_the_drift_of_a_batch_is_what_its_queries_add_one_by_one(seed: int) -> N
     assert any(len(keys) > 3 for keys in batched.drift.values()), "keys kept"
     for length in batched.drift:
         assert list(batched.drift[length].items()) == list(one_by_one.drift[length].items())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_window_adds_each_cell_of_a_batch_as_the_sum_of_its_rows_in_order(seed: int) -> None:
+    """``Window.add_batch``: per (bucket, class or OVERALL, measure), the sum of its rows'
+    scores in their order (NaN skipped, as 0.0) added to the cell, and their count; a cell
+    no valid score reached is not made. The same floats as adding the rows one by one to a
+    running total from 0.0 (across buckets, classes, and cells that exist before)."""
+    rng = np.random.default_rng(seed)
+    window, expected = Window(3600.0), Window(3600.0)
+    for _ in range(3):
+        n = int(rng.integers(1, 300))
+        times = rng.uniform(0.0, 600.0, n)
+        classes = rng.integers(0, 4, n)
+        matrix = rng.choice([0.0, 0.1, 0.3, 1.0 / 3.0, 0.7, np.nan], (n, 3))
+        valid = ~np.isnan(matrix)
+        window.add_batch(times, classes, matrix, valid)
+        totals: dict[tuple[int, int, int], list[float]] = {}
+        for time, klass, row in zip(times.tolist(), classes.tolist(), matrix.tolist(),
+                                    strict=True):
+            for k in (klass, OVERALL):
+                for m, value in enumerate(row):
+                    cell = totals.setdefault((int(time // window.width), k, m), [0.0, 0])
+                    if not math.isnan(value):
+                        cell[0] += value
+                        cell[1] += 1
+        for (number, k, m), (total, count) in totals.items():
+            if count:
+                bucket = expected.buckets.setdefault(number, {})
+                before = bucket.get((k, m))
+                if before is None:
+                    bucket[(k, m)] = [total, float(count)]
+                else:
+                    before[0] += total
+                    before[1] += count
+    assert sorted(window.buckets) == sorted(expected.buckets)
+    for number, cells in window.buckets.items():
+        assert cells == expected.buckets[number], number
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_score_histograms_of_a_batch_are_its_rows_counted_in_order(seed: int) -> None:
+    """``_record``: per (source, class or OVERALL, measure), each valid score counted in its
+    bucket (``le`` bounds 0.0, 0.1, ..., 1.0, then +Inf), the sum of the scores in the
+    batch's order from 0.0 added to the histogram's sum, NaN skipped and counted; a
+    histogram no valid score reached is not made."""
+    rng = np.random.default_rng(seed)
+    judged = offline(measures=["P@2", "RR", "AP"])
+    counts: dict[tuple[str, int, int], list[int]] = {}
+    sums: dict[tuple[str, int, int], float] = {}
+    skipped = 0
+    for _ in range(3):
+        n = int(rng.integers(1, 300))
+        sources = rng.integers(0, len(SOURCES), n)
+        classes = rng.integers(0, 5, n)
+        matrix = rng.choice([0.0, 0.05, 0.1, 0.25, 1.0 / 3.0, 0.95, 1.0, np.nan], (n, 3))
+        judged._record(sources, np.zeros(n), classes, matrix)
+        batch: dict[tuple[str, int, int], float] = {}
+        for source, klass, row in zip(sources.tolist(), classes.tolist(), matrix.tolist(),
+                                      strict=True):
+            for m, value in enumerate(row):
+                if math.isnan(value):
+                    skipped += 1
+                    continue
+                bucket = next(i for i, bound in enumerate([*SCORE_BUCKETS, math.inf])
+                              if value <= bound)
+                for k in (klass, OVERALL):
+                    key = (SOURCES[source], k, m)
+                    counts.setdefault(key, [0] * (len(SCORE_BUCKETS) + 1))[bucket] += 1
+                    batch[key] = batch.get(key, 0.0) + value
+        for key, total in batch.items():
+            sums[key] = sums.get(key, 0.0) + total
+    assert judged.histograms == counts
+    assert judged.histogram_sums == sums
+    assert judged.skipped == skipped
