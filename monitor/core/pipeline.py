@@ -151,7 +151,7 @@ class Health:
                    state.merged_query_records, dict(state.folded_values))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LiveQuery:
     """A live query forwarded to the pipeline holding the offline state (by its slice's
     label values: the holder's slice indexes are its own)."""
