@@ -931,10 +931,13 @@ class Judged:
         # what one scored query adds to its bucket: its scores, then 1 per scored measure
         addends = np.hstack([np.where(valid, matrix, 0.0), valid.astype(np.float64)])
         halves = [length / 2 for length in self.drift]
-        # each query's bucket per window (``int(time // half)``: numpy divides as Python)
-        indexes = np.floor_divide(
-            np.array([pending.time for pending in rows])[:, None], halves
-        ).astype(np.int64).tolist()
+        # each query's bucket per window, ``int(time // half)``: numpy divides as Python,
+        # and casts exactly below 2**53 (a time beyond, or NaN, takes Python's own ints)
+        times = np.array([pending.time for pending in rows])
+        if np.abs(times).max() < 2.0**53:
+            indexes = np.floor_divide(times[:, None], halves).astype(np.int64).tolist()
+        else:
+            indexes = [[int(time // half) for half in halves] for time in times.tolist()]
         group_of: list[int] = []
         """Per query: its key's group, numbered in the order of first appearance."""
         number: dict[str, int] = {}

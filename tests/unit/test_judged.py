@@ -367,3 +367,25 @@ def test_the_score_histograms_of_a_batch_are_its_rows_counted_in_order(seed: int
     assert judged.histograms == counts
     assert judged.histogram_sums == sums
     assert judged.skipped == skipped
+
+
+def test_the_drift_of_a_batch_with_a_time_beyond_exact_integers_is_placed_as_one_by_one() -> None:
+    """A time numpy could not cast to a 64-bit bucket exactly (2**53 and beyond) is placed
+    with Python's integers, as ``_drift`` places it."""
+    batched, one_by_one = offline(windows=["1h"]), offline(windows=["1h"])
+    for state in (batched, one_by_one):
+        state.show = str.upper
+        state.clock = 1e20
+    rows = [Pending("live", t, 1, k, None, [], {}) for t, k in
+            [(1e20, "a"), (1e20, "a"), (1e20 + 1e5, "b"), (2.0**53, "c")]]
+    matrix = np.array([[0.5], [1.0], [0.25], [np.nan]])
+    batched._drift_batch(rows, matrix)
+    valid = ~np.isnan(matrix)
+    addends = np.hstack([np.where(valid, matrix, 0.0), valid.astype(np.float64)])
+    for i, row in enumerate(rows):
+        one_by_one._drift(row, addends[i].tolist(), row.key.upper())
+    assert batched.drift[3600.0] and list(batched.drift[3600.0].items()) == list(
+        one_by_one.drift[3600.0].items()
+    )
+    assert all(type(index) is int for _, buckets in batched.drift[3600.0].values()
+               for index in buckets)
