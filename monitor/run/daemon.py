@@ -394,6 +394,12 @@ class Daemon:
             if rewound is not None:
                 answer.offsets.update(rewound.offsets)
         self.positions.update(answer.offsets)
+        # The checkpoints restored are durable: their offsets are committed now, as their
+        # own checkpoint would have. One whose commit the group refused (this replica fell
+        # out of the group right after writing it) would else stay uncommitted until new
+        # records change its partition, which may be never.
+        source.commit({key: restored.offset for key, restored in answer.restored.items()
+                       if restored.offset is not None and key not in recreated})
         owned = self.owned | new
         self.coordinator.acquired(
             {key: (r.view, r.writer) for key, r in answer.restored.items()}, owned
