@@ -19,7 +19,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError
 from kafka.future import Future
-from kafka.structs import TopicPartition
+from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from monitor.config import Config, KafkaConfig
 from monitor.inputs.deadletters import (
@@ -367,3 +367,37 @@ def test_the_dead_lettered_counter_continues_after_a_restart(tmp_path: Path) -> 
             daemon.wait(timeout=30)
     finally:
         stop_both(daemon if daemon is not None and daemon.poll() is None else None, broker)
+
+
+def test_a_checkpoint_restored_ahead_of_the_committed_offset_is_committed_at_takeover(
+    tmp_path: Path,
+) -> None:
+    """A durable checkpoint whose commit the group never took (the replica fell out of the
+    group right after writing it, as after a broker restart): the offset is rewound here
+    while the daemon is stopped. The next takeover commits it with nothing new to read.
+    Was: uncommitted until new records came, which may be never."""
+    broker = Broker().start()
+    events, group = "ev", "takeover"
+    daemon = None
+    try:
+        broker.create_topics({events: 1, f"{events}-judgments": 1, DEAD: 1})
+        broker.produce(events, [(None, b"not json 0"), (None, b"not json 1")])
+        daemon = start_daemon(tmp_path, broker, group, free_port(), kafka=topics_lines(events))
+        wait_for(lambda: committed(broker, group, events), "the first commit", 90,
+                 until=lambda offset: offset == 2, every=0.5)
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+        rewind = KafkaConsumer(bootstrap_servers=broker.address, group_id=group,
+                               enable_auto_commit=False, **FAST_GROUP)
+        try:
+            rewind.assign([TopicPartition(events, 0)])
+            rewind.commit({TopicPartition(events, 0): OffsetAndMetadata(0, "", -1)})
+        finally:
+            rewind.close(autocommit=False)
+        assert committed(broker, group, events) == 0
+        daemon = start_daemon(tmp_path, broker, group, free_port(), kafka=topics_lines(events))
+        wait_for(lambda: committed(broker, group, events), "the restored offset committed",
+                 90, until=lambda offset: offset == 2, every=0.5)
+        assert "restored its checkpoint at offset 2" in log_of(tmp_path)
+    finally:
+        stop_both(daemon, broker)
