@@ -98,6 +98,13 @@ def _add_cells(cells: Cells, klass: int, values: Sequence[float]) -> None:
                 cell[1] += 1.0
 
 
+def _classes_then_overall(classes: IntArray) -> tuple[list[int], IntArray]:
+    """The classes of a batch's rows, then OVERALL: the cells a batch adds to, in order; and
+    each row's class among them (OVERALL, last, takes every row again)."""
+    present, slot = np.unique(classes, return_inverse=True)
+    return [*present.tolist(), OVERALL], slot
+
+
 @dataclass
 class Window:
     """A rolling window of scores: sums and counts per (class, measure) in time buckets.
@@ -126,8 +133,8 @@ class Window:
         numbers, bucket_of = np.unique(
             np.floor_divide(times, self.width).astype(np.int64), return_inverse=True
         )
-        present, class_of = np.unique(classes, return_inverse=True)
-        width, measures = len(present) + 1, matrix.shape[1]  # the classes, then OVERALL
+        names, class_of = _classes_then_overall(classes)
+        width, measures = len(names), matrix.shape[1]
         size = len(numbers) * width
         # every row twice: in its (bucket, class) group, then in its bucket's OVERALL one
         groups = np.concatenate([bucket_of * width + class_of, bucket_of * width + width - 1])
@@ -141,7 +148,6 @@ class Window:
             size, measures
         ).tolist()
         rows = np.bincount(groups, minlength=size).tolist()
-        names = [*present.tolist(), OVERALL]
         for b, number in enumerate(numbers.tolist()):
             bucket = self.buckets.get(number)
             if bucket is None:
@@ -867,10 +873,8 @@ class Judged:
         self.skipped += int(valid.size - np.count_nonzero(valid))
         buckets = np.searchsorted(SCORE_BUCKETS, np.where(valid, matrix, 0.0), side="left")
         size, measures = len(SCORE_BUCKETS) + 1, matrix.shape[1]
-        present = np.unique(classes)
-        groups = len(present) + 1  # the classes of the batch, then OVERALL
-        slot = np.searchsorted(present, classes)
-        names = [*present.tolist(), OVERALL]
+        names, slot = _classes_then_overall(classes)
+        groups = len(names)
         for s, source in enumerate(SOURCES):
             rows, column = np.nonzero(valid & (sources == s)[:, None])
             if not len(rows):
