@@ -96,7 +96,7 @@ class KafkaConfig(Section):
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
-                f"session_timeout_ms ({self.session_timeout_ms}), a third of it at most"
+                f"session_timeout_ms ({self.session_timeout_ms}); a third of it is recommended"
             )
         return self
 
