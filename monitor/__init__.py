@@ -2,6 +2,12 @@
 
 from typing import Any
 
+from monitor import compiled
+
+PLAIN_PYTHON = compiled.choose()
+"""Why the compiled hot path is not imported in this process, if it was chosen so here
+(``monitor.compiled``); None: whatever is installed runs."""
+
 
 def __getattr__(name: str) -> Any:
     """``__version__``, read from the installed distribution when first asked for (reading

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from monitor.config import QueryClassesConfig
@@ -142,28 +142,29 @@ class EventTimeSet:
         return WAITING, None
 
 
-@dataclass
 class QueryClasses:
     """Maps events to class indexes; ``names[index]`` is the label value, ``other`` is 0."""
 
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
 
-    limit: int
-    fixed: bool
-    names: list[str] = field(default_factory=lambda: [OTHER])
-    index: dict[str, int] = field(default_factory=lambda: {OTHER: 0})
-    rules: list[_Rule] = field(default_factory=list)
-    _by_text: dict[str, int] = field(default_factory=dict, repr=False)
-    learned: EventTimeSet = field(default_factory=lambda: EventTimeSet([], 0))
-    """The classes learned from the queries, in event time (configured names and rules'
-    classes are members for good, outside it); a waiting class's figures count as
-    ``other`` until it joins."""
-    _position: dict[str, int] = field(default_factory=lambda: {OTHER: 0}, repr=False)
-    """Every name's index, members or not."""
-    changes: list[tuple[str, bool]] = field(default_factory=list)
-    """Learned members that joined (name, True) or lost their place to an earlier class
-    (name, False) since the caller last looked; a name keeps its index, to come back to."""
+    def __init__(self, limit: int, fixed: bool) -> None:
+        self.limit = limit
+        self.fixed = fixed
+        self.names: list[str] = [OTHER]
+        self.index: dict[str, int] = {OTHER: 0}
+        self.rules: list[_Rule] = []
+        self._by_text: dict[str, int] = {}
+        self.learned = EventTimeSet([], 0)
+        """The classes learned from the queries, in event time (configured names and rules'
+        classes are members for good, outside it); a waiting class's figures count as
+        ``other`` until it joins."""
+        self._position: dict[str, int] = {OTHER: 0}
+        """Every name's index, members or not."""
+        self.changes: list[tuple[str, bool]] = []
+        """Learned members that joined (name, True) or lost their place to an earlier class
+        (name, False) since the caller last looked; a name keeps its index, to come back
+        to."""
 
     @classmethod
     def from_config(cls, config: QueryClassesConfig) -> QueryClasses:

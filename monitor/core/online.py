@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from monitor.config import SessionsConfig
 from monitor.core.snapshots import (
-    Float,
-    Int,
     Layout,
     Migration,
     finite_or_none,
     or_minus_infinity,
     require,
     same_lengths,
+)
+from monitor.core.states import (
+    CountersState,
+    HistogramState,
+    SessionsState,
+    ShownState,
+    WaitingState,
 )
 from monitor.inputs.events import SESSION_OF_QUERY, Reason
 
@@ -73,22 +77,6 @@ class Histogram:
         )
         self.counts = [list(c) for c in state.counts]
         self.sums = list(state.sums)
-
-
-@dataclass(frozen=True)
-class HistogramState:
-    """Per class: non-cumulative bucket counts (the last is +Inf) and the sum."""
-
-    counts: list[list[Int]]
-    sums: list[Float]
-
-
-@dataclass(frozen=True)
-class CountersState:
-    """``OnlineCounters`` by name (``COUNTS``, ``HISTOGRAMS``), each a list by class index."""
-
-    counts: dict[str, list[Int]]
-    histograms: dict[str, HistogramState]
 
 
 class Family(NamedTuple):
@@ -167,36 +155,32 @@ HISTOGRAMS = (
 """The catalogue of online histograms, in export order (their buckets: ``OnlineCounters``)."""
 
 
-@dataclass
 class OnlineCounters:
     """Counters and histograms per class index; the Prometheus collector reads these."""
 
-    queries: list[int] = field(default_factory=list)
-    zero_result_queries: list[int] = field(default_factory=list)
-    clicked_queries: list[int] = field(default_factory=list)
-    clicks: list[int] = field(default_factory=list)
-    result_impressions: list[int] = field(default_factory=list)
-    sessions: list[int] = field(default_factory=list)
-    abandoned_sessions: list[int] = field(default_factory=list)
-    successful_sessions: list[int] = field(default_factory=list)
-    conversions: list[int] = field(default_factory=list)
-    reformulated_queries: list[int] = field(default_factory=list)
-    clicked_zero_result_queries: list[int] = field(default_factory=list)
-    query_latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
-    click_position: Histogram = field(default_factory=lambda: Histogram(POSITION_BUCKETS))
-    time_to_first_click: Histogram = field(default_factory=lambda: Histogram(FIRST_CLICK_BUCKETS))
-    queries_per_session: Histogram = field(
-        default_factory=lambda: Histogram(QUERIES_PER_SESSION_BUCKETS)
-    )
-    first_click_reciprocal_rank: Histogram = field(
-        default_factory=lambda: Histogram(RECIPROCAL_RANK_BUCKETS)
-    )
-
-    COUNTS = tuple(family.attribute for family in COUNTERS)
-    HISTOGRAMS = tuple(family.attribute for family in HISTOGRAMS)
+    COUNTS: ClassVar[tuple[str, ...]] = tuple(family.attribute for family in COUNTERS)
+    HISTOGRAMS: ClassVar[tuple[str, ...]] = tuple(family.attribute for family in HISTOGRAMS)
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
     """None: a counter or histogram added to the catalogue starts at 0 (``restore``)."""
+
+    def __init__(self) -> None:
+        self.queries: list[int] = []
+        self.zero_result_queries: list[int] = []
+        self.clicked_queries: list[int] = []
+        self.clicks: list[int] = []
+        self.result_impressions: list[int] = []
+        self.sessions: list[int] = []
+        self.abandoned_sessions: list[int] = []
+        self.successful_sessions: list[int] = []
+        self.conversions: list[int] = []
+        self.reformulated_queries: list[int] = []
+        self.clicked_zero_result_queries: list[int] = []
+        self.query_latency = Histogram(LATENCY_BUCKETS)
+        self.click_position = Histogram(POSITION_BUCKETS)
+        self.time_to_first_click = Histogram(FIRST_CLICK_BUCKETS)
+        self.queries_per_session = Histogram(QUERIES_PER_SESSION_BUCKETS)
+        self.first_click_reciprocal_rank = Histogram(RECIPROCAL_RANK_BUCKETS)
 
     def add_class(self) -> None:
         for name in self.COUNTS:
@@ -238,6 +222,13 @@ class OnlineCounters:
         return self
 
 
+SESSION_FIELDS = (
+    "first", "flags", "klass", "last", "older", "orphans", "queries", "query_class", "query_id",
+    "query_time",
+)
+"""The attributes of a ``Session`` (its slots, where it is not compiled)."""
+
+
 class Session:
     """One open session: first and newest event time, first query's class, flags, the
     recent queries, and the clicks and conversions still waiting for their query.
@@ -248,10 +239,7 @@ class Session:
     (yet), or None.
     """
 
-    __slots__ = (
-        "first", "flags", "klass", "last", "older", "orphans", "queries", "query_class",
-        "query_id", "query_time",
-    )
+    __slots__ = SESSION_FIELDS
 
     def __init__(self, time: float) -> None:
         self.first = time
@@ -277,64 +265,6 @@ of a click or dwell event, 0.0 for a query whose results were not logged, the do
 an impression, else None.
 Events sort by time, then kind, then id: the order they are applied in, whatever their order
 of arrival (ids are unique: duplicates are rejected before)."""
-
-
-@dataclass(frozen=True)
-class SessionsState:
-    """``Sessions`` as plain data: one column per ``Session`` field, ``older`` flat four slots
-    per query (id, class, time, flags), ``orphans`` flat four slots per event (kind, query id,
-    time, position), the accepted events not applied yet as columns, times in epoch seconds
-    (null: nothing seen yet)."""
-
-    ids: list[str]
-    first: list[Float]
-    last: list[Float]
-    klass: list[Int]
-    queries: list[Int]
-    flags: list[Int]
-    query_id: list[str | None]
-    query_class: list[Int]
-    query_time: list[Float]
-    older: list[list[str | Int | Float | None]]
-    orphans: list[list[str | Int | Float | None]]
-    waiting: WaitingState
-    newest: Float | None
-    seen: list[str]
-    seen_before: list[str]
-    ended: dict[str, Float]
-    ended_before: dict[str, Float]
-    generation_end: Float | None
-    next_due: Float | None
-    next_settle: Float | None
-    unmatched_clicks: Int
-    floor: Float | None
-    """The wall clock the watermark followed while the partition was idle (None: never)."""
-    unmatched_events: Int
-    shown: dict[str, ShownState] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ShownState:
-    """A query whose result list was not logged: its text, class and time once applied, and
-    the documents its impressions showed, by position."""
-
-    text: str
-    klass: Int | None
-    time: Float | None
-    docs: list[tuple[Int, str]]
-
-
-@dataclass(frozen=True)
-class WaitingState:
-    """Accepted events not yet applied (``Accepted``), as columns."""
-
-    time: list[Float]
-    kind: list[Int]
-    event_id: list[str]
-    session_id: list[str]
-    query_id: list[str | None]
-    a: list[Int]
-    b: list[Float | str | None]
 
 
 def restored_session(
@@ -406,7 +336,6 @@ def _sessions_3_to_4(document: Any) -> Any:
     return document
 
 
-@dataclass
 class Sessions:
     """The sessionizer's explicit state: open sessions, accepted events waiting for the
     watermark, watermark, dedupe memory.
@@ -436,58 +365,71 @@ class Sessions:
         1: _sessions_1_to_2, 2: _sessions_2_to_3, 3: _sessions_3_to_4,
     }
 
-    config: SessionsConfig
-    counters: OnlineCounters
-    open: dict[str, Session] = field(default_factory=dict)
-    waiting: dict[int, list[Accepted]] = field(default_factory=dict)
-    """Accepted events the watermark has not passed, by ``time // settle_step``."""
-    newest: float = float("-inf")
-    """The newest event time accepted."""
-    clock: float = float("-inf")
-    """What the watermark trails by the allowed lateness: the newest event time, or the
-    wall clock of an idle partition (``idle``) when that is later."""
-    floor: float = float("-inf")
-    """The wall clock the watermark last followed while idle."""
-    seen: set[str] = field(default_factory=set)
-    seen_before: set[str] = field(default_factory=set)
-    ended: dict[str, float] = field(default_factory=dict)
-    """The last event time of each session closed in this generation of the dedupe memory
-    (and ``ended_before``: the previous one): a late event within the timeout of one belongs
-    to it, and is ``too_late``."""
-    ended_before: dict[str, float] = field(default_factory=dict)
-    generation_end: float = float("-inf")
-    due: dict[int, list[str]] = field(default_factory=dict)
-    next_due: float = float("-inf")
-    next_settle: float = float("-inf")
-    unmatched_clicks: int = 0
-    unmatched_events: int = 0
-    """Clicks, impressions and conversions whose query never came to their session."""
-    horizon: float = float("inf")
-    """Events later than this are rejected (``future_timestamp``); set by the source."""
-    behind: int = 0
-    """Events that arrived behind the watermark since this process started (not state)."""
-    shown: dict[str, list[Any]] = field(default_factory=dict)
-    """Queries whose result list was not logged, by id: ``[text, class, time, {position:
-    doc}]``, the class and time once the query is applied; their impressions rebuild the
-    served list, handed to ``served`` when the query leaves its session's memory."""
-    served: Callable[[int, float, str, list[str]], None] | None = None
-    """Where a rebuilt served list goes (the qrels join); set by the pipeline."""
-    finished: Callable[[str, int, float, str, bool], None] | None = None
-    """Told each query that leaves its session's memory (id, class, time, session, whether
-    it got a click): the query lists; set by the pipeline."""
-    first_click: Callable[[str, float], None] | None = None
-    """Told each query's first click (query id, seconds after it): the experiments."""
-    clicked: Callable[[str, int], None] | None = None
-    """Told each click credited to its query (query id, position): interleaving."""
-    closed: Callable[[str, bool, bool], None] | None = None
-    """Told each closed session with a query (id, clicked, successful): the experiments."""
-    resolving: bool = False
-    """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
-    the pipeline (UBI events), so that other events pay nothing for it."""
-    query_sessions: dict[str, str] | None = None
-    """The open session of each query id the open sessions remember: built when the first
-    event to resolve through its query id (``SESSION_OF_QUERY``) comes, kept from then on
-    (a cache: rebuilt from the sessions after a restore)."""
+    def __init__(self, config: SessionsConfig, counters: OnlineCounters) -> None:
+        self.config = config
+        self.counters = counters
+        self.open: dict[str, Session] = {}
+        self.waiting: dict[int, list[Accepted]] = {}
+        """Accepted events the watermark has not passed, by ``time // settle_step``."""
+        self.newest = float("-inf")
+        """The newest event time accepted."""
+        self.clock = float("-inf")
+        """What the watermark trails by the allowed lateness: the newest event time, or the
+        wall clock of an idle partition (``idle``) when that is later."""
+        self.floor = float("-inf")
+        """The wall clock the watermark last followed while idle."""
+        self.seen: set[str] = set()
+        self.seen_before: set[str] = set()
+        self.ended: dict[str, float] = {}
+        """The last event time of each session closed in this generation of the dedupe
+        memory (and ``ended_before``: the previous one): a late event within the timeout of
+        one belongs to it, and is ``too_late``."""
+        self.ended_before: dict[str, float] = {}
+        self.generation_end = float("-inf")
+        self.due: dict[int, list[str]] = {}
+        self.next_due = float("-inf")
+        self.next_settle = float("-inf")
+        self.unmatched_clicks = 0
+        self.unmatched_events = 0
+        """Clicks, impressions and conversions whose query never came to their session."""
+        self.horizon = float("inf")
+        """Events later than this are rejected (``future_timestamp``); set by the source."""
+        self.behind = 0
+        """Events that arrived behind the watermark since this process started (not
+        state)."""
+        self.shown: dict[str, list[Any]] = {}
+        """Queries whose result list was not logged, by id: ``[text, class, time, {position:
+        doc}]``, the class and time once the query is applied; their impressions rebuild the
+        served list, handed to ``served`` when the query leaves its session's memory."""
+        self.served: Callable[[int, float, str, list[str]], None] | None = None
+        """Where a rebuilt served list goes (the qrels join); set by the pipeline."""
+        self.finished: Callable[[str, int, float, str, bool], None] | None = None
+        """Told each query that leaves its session's memory (id, class, time, session,
+        whether it got a click): the query lists; set by the pipeline."""
+        self.first_click: Callable[[str, float], None] | None = None
+        """Told each query's first click (query id, seconds after it): the experiments."""
+        self.clicked: Callable[[str, int], None] | None = None
+        """Told each click credited to its query (query id, position): interleaving."""
+        self.closed: Callable[[str, bool, bool], None] | None = None
+        """Told each closed session with a query (id, clicked, successful): the
+        experiments."""
+        self.resolving = False
+        """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
+        the pipeline (UBI events), so that other events pay nothing for it."""
+        self.query_sessions: dict[str, str] | None = None
+        """The open session of each query id the open sessions remember: built when the
+        first event to resolve through its query id (``SESSION_OF_QUERY``) comes, kept from
+        then on (a cache: rebuilt from the sessions after a restore)."""
+        self.bucket_seconds = max(1.0, config.timeout / 30)
+        self._timeout = config.timeout
+        self._lateness = config.allowed_lateness
+        self.settle_step = max(self._lateness / 8, 0.001)
+        """Waiting events wait in buckets of this much event time; those of a bucket are
+        sorted and applied together, once the watermark has passed the bucket."""
+        self._success_dwell_ms = config.success_dwell * 1000.0
+        self._reformulation_window = config.reformulation_window
+        self._older_slots = 4 * config.recent_queries
+        self._orphan_slots = 4 * config.recent_queries
 
     def snapshot(self) -> SessionsState:
         """The open sessions as columns (encoded several times faster than as objects), the
@@ -598,18 +540,6 @@ class Sessions:
     def waiting_events(self) -> list[Accepted]:
         """The accepted events the watermark has not passed, in the order they will apply."""
         return sorted(event for bucket in self.waiting.values() for event in bucket)
-
-    def __post_init__(self) -> None:
-        self.bucket_seconds = max(1.0, self.config.timeout / 30)
-        self._timeout = self.config.timeout
-        self._lateness = self.config.allowed_lateness
-        # waiting events wait in buckets of this much event time; those of a bucket are
-        # sorted and applied together, once the watermark has passed the bucket
-        self.settle_step = max(self._lateness / 8, 0.001)
-        self._success_dwell_ms = self.config.success_dwell * 1000.0
-        self._reformulation_window = self.config.reformulation_window
-        self._older_slots = 4 * self.config.recent_queries
-        self._orphan_slots = 4 * self.config.recent_queries
 
     @property
     def watermark(self) -> float:

@@ -9,15 +9,15 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from monitor.config import Config
 from monitor.core.classes import ALL, NEW, OTHER, QueryClasses, normalise
-from monitor.core.experiments import Experiments, ExperimentsState
+from monitor.core.experiments import Experiments
 from monitor.core.implicit import Implicit, ImplicitLabels
-from monitor.core.judged import OVERALL, Judged, JudgedState
+from monitor.core.judged import OVERALL, Judged
 from monitor.core.online import (
     CLICK,
     CONVERSION,
@@ -28,14 +28,13 @@ from monitor.core.online import (
     UNKNOWN_ZERO,
     ZERO,
     Accepted,
-    CountersState,
     OnlineCounters,
     Sessions,
-    SessionsState,
 )
-from monitor.core.querylists import QueryLists, QueryListsState
-from monitor.core.slices import Slice, Slices, SlicesState
-from monitor.core.snapshots import Int, Layout, Migration, Stateful, require
+from monitor.core.querylists import QueryLists
+from monitor.core.slices import Slice, Slices
+from monitor.core.snapshots import Layout, Migration, Stateful, require
+from monitor.core.states import HealthState, PipelineState
 from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
     SESSION_OF_QUERY,
@@ -104,7 +103,6 @@ def _health_3_to_4(document: Any) -> Any:
     return document
 
 
-@dataclass
 class Health:
     """The daemon's own counters (``searchmon_*``), the data-quality ones among them."""
 
@@ -114,17 +112,25 @@ class Health:
     }
     """A reason added since starts at 0 without one."""
 
-    accepted: int = 0
-    rejected: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(Reason, 0))
-    ignored_actions: int = 0
-    judged_messages: int = 0
-    reused_query_ids: int = 0
-    """Queries whose query_id came before with another session or text."""
-    impressions_without_position: int = 0
-    merged_query_records: int = 0
-    """UBI query records of a search already counted (same query id, session and text)."""
-    folded_values: dict[str, int] = field(default_factory=dict)
-    """Per dimension: queries whose value counted as ``other`` (outside the closed set)."""
+    def __init__(
+        self, accepted: int = 0, rejected: dict[Reason, int] | None = None,
+        ignored_actions: int = 0, judged_messages: int = 0, reused_query_ids: int = 0,
+        impressions_without_position: int = 0, merged_query_records: int = 0,
+        folded_values: dict[str, int] | None = None,
+    ) -> None:
+        self.accepted = accepted
+        self.rejected = rejected if rejected is not None else dict.fromkeys(Reason, 0)
+        self.ignored_actions = ignored_actions
+        self.judged_messages = judged_messages
+        self.reused_query_ids = reused_query_ids
+        """Queries whose query_id came before with another session or text."""
+        self.impressions_without_position = impressions_without_position
+        self.merged_query_records = merged_query_records
+        """UBI query records of a search already counted (same query id, session and
+        text)."""
+        self.folded_values = folded_values if folded_values is not None else {}
+        """Per dimension: queries whose value counted as ``other`` (outside the closed
+        set)."""
 
     @property
     def events_read(self) -> int:
@@ -165,37 +171,6 @@ class LiveQuery:
 Forwarded = LiveQuery | JudgedMessage | ImplicitLabels
 Read = tuple[Accepted, Live] | JudgedMessage
 """A message ``Pipeline.read`` decoded and validated, for ``Pipeline.admit``."""
-
-
-@dataclass(frozen=True)
-class HealthState:
-    accepted: Int
-    rejected: dict[str, Int]
-    ignored_actions: Int
-    judged_messages: Int
-    reused_query_ids: Int
-    impressions_without_position: Int
-    merged_query_records: Int
-    folded_values: dict[str, Int]
-
-
-@dataclass(frozen=True)
-class PipelineState:
-    """A pipeline as plain data: the slices (the other parts refer to them by index), the
-    online counters, the open sessions, the daemon's own counters, the offline state."""
-
-    classes: SlicesState
-    counters: CountersState
-    sessions: SessionsState
-    health: HealthState
-    judged: JudgedState
-    queries: QueryListsState | None
-    """The query lists (None: disabled when it was taken)."""
-    versions: dict[str, Int]
-    """The version of each part's snapshot (``Pipeline.PARTS``): the codec migrates a part
-    whose version is older than its class's ``VERSION``."""
-    experiments: ExperimentsState | None = None
-    """The experiments (None: none configured, or a state from before they existed)."""
 
 
 class Pipeline:

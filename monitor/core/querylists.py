@@ -26,7 +26,6 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 from zlib import crc32
 
@@ -41,7 +40,8 @@ from monitor.core.heavy import (
     Redactions,
     merge_many,
 )
-from monitor.core.snapshots import Float, Int, Layout, Migration, require, same_lengths
+from monitor.core.snapshots import Layout, Migration, require, same_lengths
+from monitor.core.states import BucketState, PublicSummary, PublicTally, QueryListsState, TallyState
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +106,6 @@ class Tally:
         return tally
 
 
-@dataclass(frozen=True)
-class TallyState:
-    searches: HeavyQueriesState
-    zero: HeavyQueriesState
-    outcomes: HeavyQueriesState
-    clicked: list[Int]
-    """Per key of ``outcomes``, in its order: the searches counted there that got a click."""
-
-
 def check_tally(state: TallyState, capacity: int) -> None:
     outcomes = state.outcomes.counts
     same_lengths("query lists: clicks", outcomes.keys, state.clicked)
@@ -124,25 +115,6 @@ def check_tally(state: TallyState, capacity: int) -> None:
         )),
         "query lists: more clicked searches than searches",
     )
-
-
-@dataclass(frozen=True)
-class BucketState:
-    window: Float
-    index: Int
-    classes: list[Int]
-    tallies: list[TallyState]
-
-
-@dataclass(frozen=True)
-class QueryListsState:
-    """The tallies by window, bucket and class index, and the queries waiting for their
-    outcome (id and key)."""
-
-    settings: str
-    buckets: list[BucketState]
-    open_ids: list[str]
-    open_keys: list[str]
 
 
 BATCH_KEYS = 4096
@@ -423,30 +395,6 @@ def merge_tallies(
         [min(clicked.get(k, 0), c - e)
          for k, c, e in zip(merged.keys, merged.counts, merged.errors, strict=True)],
     )
-
-
-@dataclass(frozen=True)
-class PublicSummary:
-    """A summary with only the queries that may be shown, and no session ids: the true count
-    of a query lies in ``[count - error, count]``; one not kept occurred at most ``unseen``
-    times. One kept but not shown (too few sessions) is not bounded: ``public``."""
-
-    keys: list[str]
-    counts: list[Int]
-    errors: list[Int]
-    unseen: Int
-
-
-@dataclass(frozen=True)
-class PublicTally:
-    """A window's tally as it may leave the process (``/queries/state``): what the lists
-    show, and what merges with other replicas'."""
-
-    searches: PublicSummary
-    zero: PublicSummary
-    outcomes: PublicSummary
-    clicked: list[Int]
-    """Per key of ``outcomes``: the searches counted there that got a click."""
 
 
 def public(state: TallyState, capacity: int, min_sessions: int) -> PublicTally:

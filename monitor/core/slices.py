@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from monitor.config import UNKNOWN, SlicesConfig
 from monitor.core.classes import JOINED, NEW, OTHER, OUT, EventTimeSet, QueryClasses
-from monitor.core.snapshots import Float, Layout, Migration, require
+from monitor.core.snapshots import Layout, Migration, require
+from monitor.core.states import SlicesState
 
 log = logging.getLogger(__name__)
 
@@ -80,66 +80,44 @@ def _classes_1_to_2(document: Any) -> Any:
     return document
 
 
-@dataclass(frozen=True)
-class SlicesState:
-    """The class names (``QueryClasses``), each dimension's members with their first event
-    time (null: configured), the label values of each slice index, and those of each index
-    of the query lists (the class and the ``list_dimensions``)."""
-
-    classes: list[str]
-    dimensions: list[str]
-    values: list[list[str]]
-    first: list[list[Float | None]]
-    slices: list[list[str]]
-    list_dimensions: list[str]
-    lists: list[list[str]]
-    class_first: list[Float | None]
-    """Per class name: the first event time of a learned member (None: a member for good,
-    or one of ``classes_out``)."""
-    classes_out: list[str]
-    """Learned classes outside the set: pending, or that lost their place to earlier ones."""
-    hidden: list[list[str] | None]
-    """Per slice: the label values it has once its values relabelled ``other`` are back
-    (None: none is)."""
-    pending: list[list[str]]
-    """Per dimension: the values outside its full set that may still join it."""
-    pending_first: list[list[Float]]
-
-
-@dataclass
 class Slices:
     """Maps queries to slice indexes (``locate``); ``names[index]`` are its label values."""
 
     VERSION: ClassVar[int] = 3
     MIGRATIONS: ClassVar[Mapping[int, Migration]] = {1: _classes_1_to_2, 2: _classes_2_to_3}
 
-    config: SlicesConfig
-    classes: QueryClasses
-    dimensions: list[Dimension] = field(default_factory=list)
-    names: list[Slice] = field(default_factory=list)
-    index: dict[Slice, int] = field(default_factory=dict)
-    """Label values -> the index that holds them (an alias's values map to another)."""
-    evicted: list[tuple[str, list[int], int]] = field(default_factory=list)
-    """Members that lost their place (dimension, the slices relabelled, 1) or got it back
-    (-1), for the caller to count their queries as folded or not."""
-    _was: dict[int, dict[int, str]] = field(default_factory=dict)
-    """Per label position: the value each slice relabelled ``other`` had."""
-    _budget_logged: bool = False
-    lists_by: tuple[str, ...] = ()
-    """The dimensions the query lists are kept by (``[query_lists] dimensions``)."""
-    lists: list[int] = field(default_factory=list)
-    """Per slice index: the index of the query lists it counts into."""
-    list_names: list[Slice] = field(default_factory=list)
-    """Per index of the query lists: its class, then its values of ``lists_by``."""
-    list_index: dict[Slice, int] = field(default_factory=dict)
-    lists_restarted: bool = False
-    """``restore``: the state's lists were kept by other dimensions (they start over)."""
-    hidden: dict[Slice, int] = field(default_factory=dict)
-    """Label values a slice would have without the values relabelled ``other`` in it (a
-    pending value's, or a member's that lost its place) -> that slice."""
-    latest_first: float = float("-inf")
-    """At least the latest first event time of a learned class or value: a query at this
-    time or later moves no first event time (``saw`` is for earlier ones)."""
+    def __init__(
+        self, config: SlicesConfig, classes: QueryClasses, dimensions: list[Dimension],
+        lists_by: tuple[str, ...] = (),
+    ) -> None:
+        self.config = config
+        self.classes = classes
+        self.dimensions = dimensions
+        self.names: list[Slice] = []
+        self.index: dict[Slice, int] = {}
+        """Label values -> the index that holds them (an alias's values map to another)."""
+        self.evicted: list[tuple[str, list[int], int]] = []
+        """Members that lost their place (dimension, the slices relabelled, 1) or got it
+        back (-1), for the caller to count their queries as folded or not."""
+        self._was: dict[int, dict[int, str]] = {}
+        """Per label position: the value each slice relabelled ``other`` had."""
+        self._budget_logged = False
+        self.lists_by = lists_by
+        """The dimensions the query lists are kept by (``[query_lists] dimensions``)."""
+        self.lists: list[int] = []
+        """Per slice index: the index of the query lists it counts into."""
+        self.list_names: list[Slice] = []
+        """Per index of the query lists: its class, then its values of ``lists_by``."""
+        self.list_index: dict[Slice, int] = {}
+        self.lists_restarted = False
+        """``restore``: the state's lists were kept by other dimensions (they start
+        over)."""
+        self.hidden: dict[Slice, int] = {}
+        """Label values a slice would have without the values relabelled ``other`` in it (a
+        pending value's, or a member's that lost its place) -> that slice."""
+        self.latest_first = float("-inf")
+        """At least the latest first event time of a learned class or value: a query at
+        this time or later moves no first event time (``saw`` is for earlier ones)."""
 
     @classmethod
     def from_config(

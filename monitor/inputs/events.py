@@ -311,3 +311,9 @@ def too_deep(limit: int) -> Rejection:
     return Rejection(
         Reason.TOO_DEEP, f"arrays and objects nested more than {limit} deep ([input] max_depth)"
     )
+
+
+class Stamped(msgspec.Struct):
+    """Any message's timestamp alone: what sorting an input by event time reads of a line."""
+
+    timestamp: int | str | None = None

@@ -18,7 +18,7 @@ from typing import BinaryIO, cast
 import msgspec
 
 from monitor.inputs.chain import indexed
-from monitor.inputs.events import Rejection
+from monitor.inputs.events import Rejection, Stamped
 from monitor.inputs.timestamps import Timestamps
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -159,11 +159,7 @@ def _read_run(path: Path) -> Iterator[tuple[float, int, int, int, bytes, str | N
             yield time, sequence, file_number, number, line, hint
 
 
-class _Stamped(msgspec.Struct):
-    timestamp: int | str | None = None
-
-
-_STAMP = msgspec.json.Decoder(_Stamped)
+_STAMP = msgspec.json.Decoder(Stamped)
 
 
 _SORTING = Timestamps(UTC)

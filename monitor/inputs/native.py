@@ -136,7 +136,7 @@ class Dimensions:
         by_name = {name: field for field, name in renamed.items()}
         own_names = {f.encode_name: f.name for f in msgspec.structs.fields(QueryEvent)}
         tops = [by_name.get(name) or own_names[name] for name in names]
-        getter = operator.attrgetter(*tops)
+        getter: Callable[[QueryEvent], Any] = operator.attrgetter(*tops)  # one name: no tuple
         self._top: Callable[[QueryEvent], tuple[Any, ...]] = (
             getter if len(tops) > 1 else lambda event: (getter(event),)
         )

@@ -11,6 +11,7 @@ which log local times more often than not).
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
+from operator import truediv
 from zoneinfo import ZoneInfo
 
 from monitor.inputs.events import MAX_EPOCH_MS, NAIVE, Reason, Rejection
@@ -123,7 +124,10 @@ class Timestamps:
             if len(self._zoned) >= CACHED:
                 self._zoned.clear()
             self._zoned[key] = second
-        return (second * 1_000_000 + micros) / 1_000_000
+        # int by int, correctly rounded (as datetime.timestamp divides): the operator's,
+        # which stays Python's own division where this module is compiled
+        seconds: float = truediv(second * 1_000_000 + micros, 1_000_000)
+        return seconds
 
 
 def _malformed(stamp: str) -> Rejection:

@@ -31,9 +31,7 @@ from monitor.core.pipeline import Pipeline
 from monitor.core.querylists import (
     BUCKETS,
     LISTS,
-    PublicTally,
     Tally,
-    TallyState,
     check_public,
     lists,
     merge_public,
@@ -42,6 +40,7 @@ from monitor.core.querylists import (
 )
 from monitor.core.slices import QUERY_CLASS, Slice
 from monitor.core.snapshots import Float, Int, require, same_lengths
+from monitor.core.states import PublicTally, TallyState
 
 Report = dict[str, Any]
 

@@ -35,8 +35,9 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from monitor.config import Config
-from monitor.core.pipeline import Pipeline, PipelineState
+from monitor.core.pipeline import Pipeline
 from monitor.core.snapshots import Float, Int
+from monitor.core.states import PipelineState
 from monitor.state.ledger import LedgerState
 
 VERSION = 6

@@ -448,7 +448,7 @@ def test_a_counter_added_to_the_catalogue_reads_0_from_state_written_before() ->
     from dataclasses import replace
 
     from monitor.core.export import check, export, padded
-    from monitor.core.online import CountersState
+    from monitor.core.states import CountersState
 
     pipeline = fed(fixture_stream()[:400])
     state = pipeline.snapshot()

@@ -79,16 +79,16 @@ def test_a_step_that_fails_on_one_message_rejects_it_and_the_batch_goes_on(
     """A defect (any exception) in a per-message step: that message is rejected as
     ``unprocessable`` (and so dead-lettered), counted once, and the rest of the batch is
     applied, before and after it."""
-    from monitor.core.classes import QueryClasses
+    from monitor.inputs import native
 
-    classify = QueryClasses.classify
+    decode = native.decode_live  # read by each decoder as it is made: patched before
 
-    def failing(self: QueryClasses, declared: str | None, text: str, *more: Any) -> int:
-        if text == "boom":
+    def failing(data: bytes) -> Any:
+        if b'"boom"' in data:
             raise KeyError("a defect")
-        return classify(self, declared, text, *more)
+        return decode(data)
 
-    monkeypatch.setattr(QueryClasses, "classify", failing)
+    monkeypatch.setattr(native, "decode_live", failing)
     good = good_traffic()
     boom = query("boom", 200.0, "s-boom", "q-boom", text="boom")
     lines = [*good[:3], boom, *good[3:]]

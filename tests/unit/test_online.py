@@ -10,7 +10,7 @@ import pytest
 
 from monitor.config import Config, parse_config
 from monitor.core.export import export
-from monitor.core.online import OnlineCounters, Session
+from monitor.core.online import SESSION_FIELDS, OnlineCounters
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.events import Reason
 from monitor.inputs.generate import Regression, Traffic, World, events
@@ -282,7 +282,7 @@ def test_a_pipeline_restored_mid_stream_counts_as_one_that_never_stopped(
 
     def fields(pipeline: Pipeline) -> dict[str, tuple[Any, ...]]:
         return {
-            key: tuple(getattr(session, name) for name in Session.__slots__)
+            key: tuple(getattr(session, name) for name in SESSION_FIELDS)
             for key, session in pipeline.sessions.open.items()
         }
 

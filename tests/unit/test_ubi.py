@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -78,13 +79,15 @@ def test_a_large_unordered_input_is_sorted_in_bounded_runs(
     check(replayed(tmp_path, {"reversed.ndjson": data}))
     monkeypatch.setattr(replay_module, "RUN_LINES", 3)
     spilled: list[Path] = []
-    real_spill = replay_module._spill
 
-    def spill(run: Any, path: Path) -> Any:
-        spilled.append(path)
-        return real_spill(run, path)
+    class Scratch(tempfile.TemporaryDirectory[str]):
+        """The sort's scratch directory: its runs are counted before it is removed."""
 
-    monkeypatch.setattr(replay_module, "_spill", spill)
+        def cleanup(self) -> None:
+            spilled.extend(Path(self.name).iterdir())
+            super().cleanup()
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", Scratch)
     check(replayed(tmp_path, {"reversed.ndjson": data}))
     assert len(spilled) == 4, "14 documents in runs of 3 (the last 2 stay in memory)"
 

@@ -1,0 +1,103 @@
+"""The compiled hot path: which modules mypyc compiles at install time (``setup.py``), and
+whether this process runs them compiled.
+
+Compiled and plain Python are the same source and count the same; compiled, the events' path
+costs about half as much. Plain Python runs when the install compiled nothing (no C compiler,
+or ``SEARCHMON_COMPILE=0``), when ``SEARCHMON_PURE_PYTHON=1`` is set (a profiler sees every
+line then), and in a source tree where a compiled module's source changed after it was
+compiled (``pip install -e .`` compiles it again): never stale code.
+
+This module imports nothing of the package: ``setup.py`` reads ``MODULES`` before anything is
+installed.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+MODULES = (
+    "monitor.core.admission",
+    "monitor.core.classes",
+    "monitor.core.online",
+    "monitor.core.pipeline",
+    "monitor.core.querylists",
+    "monitor.core.slices",
+    "monitor.inputs.chain",
+    "monitor.inputs.files",
+    "monitor.inputs.native",
+    "monitor.inputs.timestamps",
+    "monitor.inputs.ubi",
+)
+"""Compiled together (one extension; their calls to each other are C calls): the modules every
+event passes through."""
+
+GROUP = "monitor_hot"
+"""The name of the extension that holds their code (``GROUP__mypyc``); each module of
+``MODULES`` is a small extension that loads it."""
+
+PURE_PYTHON = "SEARCHMON_PURE_PYTHON"
+"""Set to 1: run plain Python even where the compiled modules are installed."""
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The directory that holds the package (a source tree or ``site-packages``)."""
+
+
+def running_compiled() -> bool:
+    """Whether this process runs the compiled hot path (the modules it imports of
+    ``MODULES`` are extensions)."""
+    spec = importlib.util.find_spec(MODULES[0])
+    return spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
+
+
+def stale() -> list[str]:
+    """In a source tree (``setup.py`` beside the package): the compiled modules whose source
+    is newer than the extension that holds their code (edited since ``pip install -e .``
+    compiled them)."""
+    if not os.path.exists(os.path.join(ROOT, "setup.py")):
+        return []
+    found = importlib.machinery.PathFinder.find_spec(f"{GROUP}__mypyc", [ROOT])
+    if found is None or found.origin is None:
+        return []  # nothing compiled here
+    built = os.stat(found.origin).st_mtime
+    edited = []
+    for name in MODULES:
+        try:
+            if os.stat(os.path.join(ROOT, *name.split(".")) + ".py").st_mtime > built:
+                edited.append(name)
+        except OSError:
+            continue
+    return edited
+
+
+class _Source(importlib.abc.MetaPathFinder):
+    """Loads every module of ``MODULES`` from its source, not its extension (all of them or
+    none: compiled code refers to the compiled classes of the others)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MODULES:
+            return None
+        source = os.path.join(ROOT, *fullname.split(".")) + ".py"
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def choose() -> str | None:
+    """Called once, as the package is imported: plain Python where asked for or where the
+    compiled modules are stale. Returns why plain Python runs, if it was chosen here."""
+    if os.environ.get(PURE_PYTHON, "") not in ("", "0"):
+        reason = f"{PURE_PYTHON} is set"
+    else:
+        edited = stale()
+        if not edited:
+            return None
+        reason = (f"{', '.join(edited)} changed since it was compiled (pip install -e . "
+                  "compiles it again)")
+    sys.meta_path.insert(0, _Source())
+    return reason
