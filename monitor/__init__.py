@@ -4,9 +4,7 @@ from typing import Any
 
 from monitor import compiled
 
-PLAIN_PYTHON = compiled.choose()
-"""Why the compiled hot path is not imported in this process, if it was chosen so here
-(``monitor.compiled``); None: whatever is installed runs."""
+compiled.choose()  # plain Python where asked for, or where the compiled modules are stale
 
 
 def __getattr__(name: str) -> Any:

@@ -88,16 +88,22 @@ class _Source(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, source)
 
 
-def choose() -> str | None:
+PLAIN_PYTHON: str | None = None
+"""Why the compiled modules are not imported in this process, if ``choose`` decided so;
+None: whatever is installed runs."""
+
+
+def choose() -> None:
     """Called once, as the package is imported: plain Python where asked for or where the
-    compiled modules are stale. Returns why plain Python runs, if it was chosen here."""
+    compiled modules are stale (``PLAIN_PYTHON`` says why)."""
+    global PLAIN_PYTHON
     if os.environ.get(PURE_PYTHON, "") not in ("", "0"):
         reason = f"{PURE_PYTHON} is set"
     else:
         edited = stale()
         if not edited:
-            return None
+            return
         reason = (f"{', '.join(edited)} changed since it was compiled (pip install -e . "
                   "compiles it again)")
     sys.meta_path.insert(0, _Source())
-    return reason
+    PLAIN_PYTHON = reason

@@ -39,14 +39,14 @@ def feed(
     ``run`` judges live events), they are judged against it instead, so a log whose last
     event follows a pause loses nothing (and nothing is after it to be made late).
     """
-    read, admit, sessions = pipeline.read, pipeline.admit, pipeline.sessions
+    sessions = pipeline.sessions
     ahead = pipeline.config.sessions.max_future
     held: list[tuple[str, int, Read]] = []
     times: list[float] = []  # of the messages held
     limit = float("-inf")  # what is admitted at once: up to the newest admitted + max_future
     sessions.horizon = float("inf")
     for source, number, line, hint in lines:  # a line ending is JSON whitespace: kept
-        result = read(line, hint)
+        result = pipeline.read(line, hint)
         if result is None:
             continue
         if type(result) is Rejection:
@@ -54,7 +54,7 @@ def feed(
             continue
         time = result.time if type(result) is JudgedMessage else result[0][0]
         if not held and time <= limit:
-            rejection = admit(result)
+            rejection = pipeline.admit(result)
             if rejection is not None:
                 log.record(rejection, f"{source}:{number}")
             elif time + ahead > limit:
@@ -83,7 +83,7 @@ def _admit(
 ) -> float:
     """Admit the first ``count`` messages held, judged against those after them and against
     ``limit`` (the newest event admitted before, plus max_future); returns the new limit."""
-    sessions, admit = pipeline.sessions, pipeline.admit
+    sessions = pipeline.sessions
     ahead = pipeline.config.sessions.max_future
     later = sorted(times[count:])
     around = (
@@ -92,7 +92,7 @@ def _admit(
     horizon = max(around + ahead, limit)
     sessions.horizon = float("inf") if horizon == float("-inf") else horizon  # a lone event
     for (source, number, item), time in zip(held[:count], times[:count], strict=True):
-        rejection = admit(item)
+        rejection = pipeline.admit(item)
         if rejection is not None:
             log.record(rejection, f"{source}:{number}")
         elif time + ahead > limit:

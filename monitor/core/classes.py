@@ -13,15 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from monitor.config import QueryClassesConfig
 from monitor.core.snapshots import Layout, Migration, require
 
-OTHER = "other"
-NEW = -1
+OTHER: Final = "other"
+NEW: Final = -1
 """``classify(add=False)``: the declared class is not in the set yet and would join it."""
-ALL = "all"
+ALL: Final = "all"
 """Reserved: the label of overall offline figures; a query declaring it is classified anew."""
 
 
@@ -47,7 +47,10 @@ class _Rule:
         return self.pattern is None or self.pattern.search(text) is not None
 
 
-MEMBER, JOINED, WAITING, OUT = 0, 1, 2, 3
+MEMBER: Final = 0
+JOINED: Final = 1
+WAITING: Final = 2
+OUT: Final = 3
 """What ``EventTimeSet.place`` found a name to be (``NEW``: it would join, or start to wait)."""
 
 

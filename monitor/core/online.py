@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from monitor.config import SessionsConfig
 from monitor.core.snapshots import (
@@ -33,17 +33,19 @@ from monitor.inputs.events import SESSION_OF_QUERY, Reason
 
 # Bits of Session.flags: the session's own, then those of its latest query; an older
 # query keeps its query bits in its own slot.
-CLICKED = 1
-SUCCESSFUL = 2
-QUERY_CLICKED = 4
-CLICK_AFTER = 8  # some click in the session arrived after this query
-RESULTS_UNKNOWN = 16  # its result list was not logged: impression events count them
-ZERO_RESULTS = 32  # counted as a zero-result query
-QUERY_BITS = QUERY_CLICKED | CLICK_AFTER | RESULTS_UNKNOWN | ZERO_RESULTS
+CLICKED: Final = 1
+SUCCESSFUL: Final = 2
+QUERY_CLICKED: Final = 4
+CLICK_AFTER: Final = 8  # some click in the session arrived after this query
+RESULTS_UNKNOWN: Final = 16  # its result list was not logged: impression events count them
+ZERO_RESULTS: Final = 32  # counted as a zero-result query
+QUERY_BITS: Final = QUERY_CLICKED | CLICK_AFTER | RESULTS_UNKNOWN | ZERO_RESULTS
 
 # The last slot of an accepted query (``Accepted``): whether its result list was logged and
 # whether it counted as zero-result (None, the common case: logged, with results).
-UNKNOWN, ZERO, UNKNOWN_ZERO = 0.0, 1.0, 2.0
+UNKNOWN: Final = 0.0
+ZERO: Final = 1.0
+UNKNOWN_ZERO: Final = 2.0
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)
@@ -255,7 +257,11 @@ class Session:
 
 
 # Kinds of accepted events, in the order the events of one instant are applied.
-QUERY, IMPRESSION, CLICK, DWELL, CONVERSION = 0, 1, 2, 3, 4
+QUERY: Final = 0
+IMPRESSION: Final = 1
+CLICK: Final = 2
+DWELL: Final = 3
+CONVERSION: Final = 4
 
 Accepted = tuple[float, int, str, str, str | None, int, float | str | None]
 """An accepted event as the sessionizer keeps it until it applies it: ``(time, kind,
@@ -654,7 +660,7 @@ class Sessions:
 
     def _settle(self, ready: list[Accepted]) -> None:
         """Apply waiting events the watermark has passed, in the (time) order given."""
-        sessions, timeout, apply = self.open, self._timeout, self._apply
+        sessions, timeout = self.open, self._timeout
         due, width, resolving = self.due, self.bucket_seconds, self.resolving
         for event in ready:
             time, session_id = event[0], event[3]
@@ -676,7 +682,7 @@ class Sessions:
                     due[bucket] = [session_id]
                 else:
                     waiting.append(session_id)
-            apply(session, event, session_id)
+            self._apply(session, event, session_id)
 
     def _resolve(self, marked: str, query_id: str | None) -> str:
         """The session of a ``SESSION_OF_QUERY`` event: its query's, if open, else its own."""

@@ -190,7 +190,6 @@ class Pipeline:
         self.config = config
         self.decoders = decoders if decoders is not None else DecoderChain(config)
         """Bytes to events: the input formats of ``[input] formats``."""
-        self._decode = self.decoders.read
         self._max_chars = config.input.max_query_chars
         self.slices = Slices.from_config(
             QueryClasses.from_config(config.query_classes), config.slices,
@@ -253,7 +252,7 @@ class Pipeline:
         says the document comes from. Never raises for a message: a step that fails on one
         (a defect) rejects it as ``unprocessable``."""
         try:
-            decoded = self._decode(data, hint)
+            decoded = self.decoders.read(data, hint)
             if type(decoded) is not tuple:
                 if type(decoded) is Rejection:
                     self.health.rejected[decoded.reason] += 1

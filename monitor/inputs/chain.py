@@ -25,6 +25,7 @@ from monitor.inputs.events import (
     too_deep,
     too_large,
 )
+from monitor.inputs.native import NativeDecoder
 
 Result = Decoded | JudgedMessage | Rejection | IgnoredAction
 """What the chain makes of a message: a live event with its event time (epoch seconds), a
@@ -55,7 +56,9 @@ class DecoderChain:
             importlib.import_module(f"monitor.inputs.{name}").DECODER(config)
             for name in config.input.formats
         ]
-        self._first = self.decoders[0].decode
+        first = self.decoders[0]
+        self._native = first if isinstance(first, NativeDecoder) else None
+        """The first format, when it is the native one (the common case): a direct call."""
 
     def read(self, data: bytes, hint: str | None = None) -> Result:
         if len(data) > self.max_bytes:
@@ -66,13 +69,18 @@ class DecoderChain:
             data, self.max_depth
         ):
             return too_deep(self.max_depth)
-        found = self._first(data, hint)
-        if found is not None:
-            return found
-        for decoder in self.decoders[1:]:
-            found = decoder.decode(data, hint)
+        native = self._native
+        if native is not None:
+            found = native.decode(data, hint)
             if found is not None:
                 return found
+            rest = self.decoders[1:]
+        else:
+            rest = self.decoders
+        for decoder in rest:
+            other = decoder.decode(data, hint)
+            if other is not None:
+                return other
         return UNRECOGNISED
 
 

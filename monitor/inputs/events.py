@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal, NamedTuple, NotRequired, final
+from typing import Annotated, Any, Literal, NamedTuple, NotRequired, final
 from zlib import crc32
 
 import msgspec
@@ -317,3 +317,19 @@ class Stamped(msgspec.Struct):
     """Any message's timestamp alone: what sorting an input by event time reads of a line."""
 
     timestamp: int | str | None = None
+
+
+_ANY_JSON = msgspec.json.Decoder()
+_PARSED: list[Any] = [None, None]
+"""The last message ``json_value`` parsed, and its value."""
+
+
+def json_value(data: bytes) -> Any:
+    """``data`` as any JSON value (raises ``msgspec.DecodeError`` or ``UnicodeDecodeError``).
+    The same message twice in a row is parsed once: a record without ``type`` is looked at by
+    the native decoder, then read by the next format of the chain (UBI)."""
+    if _PARSED[0] is data:
+        return _PARSED[1]
+    value = _ANY_JSON.decode(data)
+    _PARSED[0], _PARSED[1] = data, value
+    return value

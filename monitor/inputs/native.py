@@ -36,6 +36,7 @@ from monitor.inputs.events import (
     QueryEvent,
     Reason,
     Rejection,
+    json_value,
 )
 from monitor.inputs.timestamps import Timestamps, zone
 from monitor.offline.spec import MeasureNameError, parse_measure
@@ -43,9 +44,6 @@ from monitor.offline.spec import MeasureNameError, parse_measure
 decode_live: Callable[[bytes], Native] = msgspec.json.Decoder(Native).decode
 """The fast path: a live event, or ``msgspec.MsgspecError`` (then see ``decode``)."""
 FastPathError = msgspec.MsgspecError
-_decode_object: Callable[[bytes], dict[str, Any]] = msgspec.json.Decoder(dict[str, Any]).decode
-"""Any JSON object: a message the fast path refused is looked at for ``type`` (a UBI record
-has none) before it is validated (several microseconds, to name the problem)."""
 
 
 def as_live(event: LiveEvent) -> Native:
@@ -194,7 +192,6 @@ class NativeDecoder:
 
     def __init__(self, config: Config) -> None:
         self.timestamps = Timestamps(zone(config.input.naive_timezone))
-        self._read_stamp = self.timestamps.read
         self.max_labels = config.offline.max_labels
         self.max_chars = config.input.max_query_chars
         self.measures = config.offline.measures
@@ -209,6 +206,8 @@ class NativeDecoder:
     ) -> Decoded | JudgedMessage | Rejection | None:
         """A live event with its time, a judged message, a rejection, or None for a JSON
         object without ``type`` (another format's)."""
+        if b'"type"' not in data and b"\\" not in data:
+            return self._validated(data)  # no ``type`` (not even escaped): not a live event
         try:
             event: Native = self._decode_live(data)
         except (msgspec.MsgspecError, UnicodeDecodeError):
@@ -226,15 +225,16 @@ class NativeDecoder:
         stamp = event.timestamp
         if type(stamp) is int:  # in range: msgspec checked it
             return stamp / 1000.0, event
-        time = self._read_stamp(stamp)
+        time = self.timestamps.read(stamp)
         return time if type(time) is Rejection else (time, event)
 
     def _validated(self, data: bytes) -> Decoded | JudgedMessage | Rejection | None:
         try:  # a JSON object without ``type`` is another format's: no validation to say so
-            if "type" not in _decode_object(data):
+            value = json_value(data)
+            if type(value) is dict and "type" not in value:
                 return None
         except (msgspec.MsgspecError, UnicodeDecodeError):
-            pass  # not a JSON object, or malformed: validation names the problem
+            pass  # malformed: validation names the problem (as it does for a non-object)
         try:
             decoded = decode_native(data)
         except ValidationError as error:

@@ -39,6 +39,7 @@ from monitor.inputs.events import (
     QueryEvent,
     Reason,
     Rejection,
+    json_value,
 )
 from monitor.inputs.native import read_names
 from monitor.inputs.timestamps import Timestamps, zone
@@ -46,8 +47,6 @@ from monitor.inputs.timestamps import Timestamps, zone
 HIT_ID_FIELDS = ("query_response_hit_ids", "query_response_object_ids",
                  "query_response_objects_ids")
 """The served result ids of a query (the names the spec and the plugin used over time)."""
-
-_JSON = msgspec.json.Decoder()
 
 
 class UbiDecoder:
@@ -71,7 +70,7 @@ class UbiDecoder:
         """A UBI query or event with its event time, a rejection, an ignored action, or None
         for a message that is no UBI record."""
         try:
-            record = _JSON.decode(data)
+            record = json_value(data)  # parsed once: the native decoder looked at it first
         except (msgspec.DecodeError, UnicodeDecodeError) as error:
             return Rejection(Reason.INVALID_JSON, str(error))
         if not isinstance(record, dict):

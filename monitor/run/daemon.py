@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from kafka.errors import KafkaError
 from prometheus_client.metrics_core import Metric
 
+from monitor import compiled
 from monitor.config import Config
 from monitor.core.export import Export
 from monitor.inputs.deadletters import DeadLetters
@@ -235,6 +236,12 @@ class Daemon:
                        self._not_alive, process=True)
         log.info("serving http://%s/metrics, the status page at / and /queries",
                  self.config.http.listen)
+        if compiled.running_compiled():
+            log.info("the hot path runs compiled")
+        else:
+            log.warning("the hot path runs as plain Python, at about half the throughput: %s",
+                        compiled.PLAIN_PYTHON or "the install compiled nothing (no C "
+                        "compiler, or SEARCHMON_COMPILE=0)")
         source: KafkaSource | None = None
         backoff = 1.0
         try:

@@ -24,6 +24,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from monitor import __version__
+from monitor.compiled import running_compiled
 from monitor.config import window_label
 from monitor.core.experiments import MEASURES, analyse, preference
 from monitor.core.export import (
@@ -51,6 +52,7 @@ BUILD = {
     "version": __version__,
     "python": platform.python_version(),
     "kafka_python": _version_of("kafka-python"),
+    "compiled": "true" if running_compiled() else "false",
 }
 """The labels of ``searchmon_build_info``."""
 
@@ -371,7 +373,8 @@ CATALOGUE: tuple[Family, ...] = (
            "Event time up to which sessions are closed (newest event time - allowed lateness).",
            _one(lambda f: f.watermark), unit="seconds", optional=True),
     Family("searchmon_build", "info",
-           "Versions of the running searchmon, its Python and kafka-python.",
+           "Versions of the running searchmon, its Python and kafka-python; whether its hot path "
+           "runs compiled.",
            lambda f: [((), BUILD)]),
 )
 """Every family ``/metrics`` exports from an ``Export``, in export order: declared once,

@@ -178,7 +178,7 @@ def test_dockerignore_admits_exactly_what_the_image_copies() -> None:
     for _, keyword, arguments in instructions():
         if keyword == "COPY" and not arguments.startswith("--from"):
             copied |= set(arguments.split()[:-1])
-    assert admitted == copied == {"pyproject.toml", "README.md", "monitor"}
+    assert admitted == copied == {"pyproject.toml", "README.md", "setup.py", "monitor"}
     assert "**/__pycache__" in patterns
 
 
