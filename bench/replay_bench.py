@@ -7,20 +7,19 @@
    - ours: the replay pipeline over the same file (decode, validate, classify, sessionize,
      count, keep the query lists), sessions closed at the end;
    - ours without the query lists (``[query_lists] enabled = false``): what they cost.
-   Prints the rates and the ratios ours / baseline (target >= 0.5), and per line, for this
-   file and the mixed one: the bare loop, decoding (``Pipeline.read``: the decoder chain,
-   the timestamp, the class), taking the events in (dedupe, the clock, the watermark's
-   buckets, the counts on arrival: a pipeline without the lists whose sessions apply
-   nothing, less decoding), the session rules (the events applied to their sessions and
-   the sessions closed: the pipeline without the lists less that), and the query lists;
-   then the ratio the pipeline would have, in the process, were the session rules free
-   (a bound: what making only the sessions cheaper can reach).
+   Prints which build runs (compiled, or plain Python: ``monitor.compiled``), the rates and
+   the ratios ours / baseline (target >= 0.5), and per line, for this file and the mixed one:
+   the bare loop, decoding (``Pipeline.read``: the decoder chain, the timestamp, the class),
+   taking the events in and the session rules (dedupe, the clock, the watermark, the counts
+   on arrival, the events applied to their sessions, the sessions closed: the pipeline
+   without the lists less decoding), and the query lists.
 2. The same file and a mixed one (below), each replayed by ``searchmon replay FILE`` as a
    whole process (interpreter, imports, report) against the bare ``json.loads`` loop over
-   its lines (target >= 0.5, aim 1.0); with DuckDB installed (the test extra), also a DuckDB
-   SQL query as a whole process that counts queries, zero-result queries and clicks per
-   class over the same lines (no sessions, no event time, no lists): what a data engineer
-   compares a backfill with.
+   its lines (target >= 0.5, aim 1.0), and the same process as plain Python
+   (``SEARCHMON_PURE_PYTHON=1``): what compiling the hot path buys; with DuckDB installed
+   (the test extra), also a DuckDB SQL query as a whole process that counts queries,
+   zero-result queries and clicks per class over the same lines (no sessions, no event
+   time, no lists): what a data engineer compares a backfill with.
 
    The mixed input: the generated events of another seed, rewritten line by line as search
    logs mix them: a quarter of the native events stamped in epoch milliseconds, a fifth with
@@ -38,6 +37,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import subprocess
 import sys
@@ -48,6 +48,7 @@ import zlib
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+from monitor import compiled
 from monitor.cli.replay import replay
 from monitor.config import Config, parse_config
 from monitor.core.pipeline import Pipeline, RejectionLog
@@ -144,11 +145,13 @@ def _mixed(line: bytes, rng: random.Random) -> list[bytes]:
     }, separators=(",", ":")).encode()]
 
 
-def whole_replay(path: Path) -> float:
-    """Seconds of ``searchmon replay FILE`` as a process of its own, start to exit."""
+def whole_replay(path: Path, plain: bool = False) -> float:
+    """Seconds of ``searchmon replay FILE`` as a process of its own, start to exit; with
+    ``plain``, as plain Python (``SEARCHMON_PURE_PYTHON=1``) whatever is installed."""
+    env = {**os.environ, compiled.PURE_PYTHON: "1" if plain else "0"}
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "monitor", "replay", str(path)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - start
 
 
@@ -217,14 +220,9 @@ def decoding(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def ours(path: Path, config: Config, apply: bool = True) -> tuple[float, Pipeline]:
-    """Seconds of the replay pipeline over ``path``. Without ``apply``, a bound rather than
-    a configuration: events are taken in (decoded, deduplicated, counted on arrival, held
-    for the watermark) but never applied to their sessions, so the session rules (gaps,
-    clicks to their queries, first clicks, reformulations, closing) cost nothing."""
+def ours(path: Path, config: Config) -> tuple[float, Pipeline]:
+    """Seconds of the replay pipeline over ``path``, sessions closed at the end."""
     pipeline = Pipeline(config)
-    if not apply:
-        pipeline.sessions._settle = lambda ready: None  # type: ignore[method-assign]
     log = RejectionLog(0)
     tune_for_throughput()  # as `searchmon replay` and `searchmon run` do
     start = time.perf_counter()
@@ -292,26 +290,29 @@ def main() -> None:
         mixed_count = write_mixed(mixed, args.mixed)
         stages = {}
         for name, file in (("generated", path), ("mixed", mixed)):
-            best = [float("inf")] * 5
+            best = [float("inf")] * 4
             for _ in range(args.repeat):
                 for i, seconds in enumerate((
-                    bare_json(file), decoding(file), ours(file, NO_LISTS, apply=False)[0],
-                    ours(file, NO_LISTS)[0], ours(file, Config())[0],
+                    bare_json(file), decoding(file), ours(file, NO_LISTS)[0],
+                    ours(file, Config())[0],
                 )):
                     best[i] = min(best[i], seconds)
             stages[name] = best
         wholes = {}
         for name, file in (("generated", path), ("mixed", mixed)):
-            loop_s = whole_s = duck_s = float("inf")
+            loop_s = whole_s = plain_s = duck_s = float("inf")
             for _ in range(args.repeat):
                 loop_s = min(loop_s, bare_json(file))
                 whole_s = min(whole_s, whole_replay(file))
+                plain_s = min(plain_s, whole_replay(file, plain=True))
                 if duckdb_available():
                     duck_s = min(duck_s, whole_duckdb(file))
-            wholes[name] = loop_s, whole_s, duck_s
+            wholes[name] = loop_s, whole_s, plain_s, duck_s
     base_rate, ours_rate, bare_rate = count / base_s, count / ours_s, count / bare_s
     rejected = sum(pipeline.health.rejected.values())
     print(f"replay bench: {count} events ({rejected} rejected by design: malformed/duplicates)")
+    print(f"  the hot path runs {'compiled' if compiled.running_compiled() else 'as plain Python'}"
+          f"{': ' + compiled.PLAIN_PYTHON if compiled.PLAIN_PYTHON else ''}")
     print(f"  bare json.loads loop:        {base_rate:12,.0f} events/s ({base_s:.2f} s)")
     print(f"  searchmon replay pipeline:   {ours_rate:12,.0f} events/s ({ours_s:.2f} s)")
     print(f"  ratio ours / json.loads:     {ours_rate / base_rate:12.2f}  (target >= 0.5)")
@@ -319,28 +320,22 @@ def main() -> None:
           f"ratio {bare_rate / base_rate:.2f}")
     print(f"  the query lists cost:        {(ours_s - bare_s) / count * 1e6:12.2f} us per event")
     print("per line, in microseconds (best of each; the pipeline's stages by difference;")
-    print("  taking in: dedupe, clock, watermark buckets, the counts on arrival; session")
-    print("  rules: the events applied to their sessions and the sessions closed):")
-    print(f"  {'':18}{'json.loads':>11}{'decoding':>10}{'taking in':>11}{'session rules':>15}"
+    print("  taking in and the session rules: dedupe, clock, watermark, the counts on arrival,")
+    print("  the events applied to their sessions and the sessions closed):")
+    print(f"  {'':18}{'json.loads':>11}{'decoding':>10}{'taking in + sessions':>22}"
           f"{'lists':>7}{'pipeline':>10}")
     for name, lines in (("generated", count), ("mixed", mixed_count)):
-        loop_s, decode_s, taken_s, no_lists_s, lists_s = (
-            s / lines * 1e6 for s in stages[name]
-        )
-        print(f"  {name + ' input':18}{loop_s:11.2f}{decode_s:10.2f}{taken_s - decode_s:11.2f}"
-              f"{no_lists_s - taken_s:15.2f}{lists_s - no_lists_s:7.2f}{lists_s:10.2f}")
-    print("in the process, were the session rules free (a bound: the pipeline less them) /")
-    print("json.loads:")
-    for name in ("generated", "mixed"):
-        loop_s, _, taken_s, no_lists_s, lists_s = stages[name]
-        print(f"  {name + ' input':18}{loop_s / (lists_s - (no_lists_s - taken_s)):11.2f}"
-              f"  (the pipeline as it is: {loop_s / lists_s:.2f})")
+        loop_s, decode_s, no_lists_s, lists_s = (s / lines * 1e6 for s in stages[name])
+        print(f"  {name + ' input':18}{loop_s:11.2f}{decode_s:10.2f}{no_lists_s - decode_s:22.2f}"
+              f"{lists_s - no_lists_s:7.2f}{lists_s:10.2f}")
     for name, lines in (("generated", count), ("mixed", mixed_count)):
-        loop_s, whole_s, duck_s = wholes[name]
+        loop_s, whole_s, plain_s, duck_s = wholes[name]
         print(f"`searchmon replay FILE` as a whole process, {name} input ({lines:,} lines):")
         print(f"  bare json.loads loop:        {lines / loop_s:12,.0f} lines/s ({loop_s:.2f} s)")
         print(f"  searchmon replay (process):  {lines / whole_s:12,.0f} lines/s ({whole_s:.2f} s)")
         print(f"  ratio replay / json.loads:   {loop_s / whole_s:12.2f}  (target >= 0.5, aim 1.0)")
+        print(f"  as plain Python:             {lines / plain_s:12,.0f} lines/s ({plain_s:.2f} s; "
+              f"ratio {loop_s / plain_s:.2f}; compiled takes {whole_s / plain_s:.2f} of its time)")
         if duck_s < float("inf"):
             print(f"  DuckDB SQL (process):        {lines / duck_s:12,.0f} lines/s "
                   f"({duck_s:.2f} s; replay takes {whole_s / duck_s:.1f} times as long)")
