@@ -326,7 +326,6 @@ def _sessions_1_to_2(document: Any) -> Any:
     return document
 
 
-
 def _sessions_2_to_3(document: Any) -> Any:
     """Version 2 had no idle watermark: the watermark followed event time alone."""
     if isinstance(document, dict):

@@ -58,7 +58,6 @@ FAILURES_LOGGED = 10
 """Messages a step failed on that are logged with their traceback (per pipeline)."""
 
 
-
 SEARCHES_KEPT = 8192
 """UBI searches remembered with their results, for the records of a search that come after
 its first (they come within seconds: the front end logs one search as several requests)."""

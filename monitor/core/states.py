@@ -24,12 +24,14 @@ class HistogramState:
     counts: list[list[Int]]
     sums: list[Float]
 
+
 @dataclass(frozen=True)
 class CountersState:
     """``OnlineCounters`` by name (``COUNTS``, ``HISTOGRAMS``), each a list by class index."""
 
     counts: dict[str, list[Int]]
     histograms: dict[str, HistogramState]
+
 
 @dataclass(frozen=True)
 class SessionsState:
@@ -64,6 +66,7 @@ class SessionsState:
     unmatched_events: Int
     shown: dict[str, ShownState] = field(default_factory=dict)
 
+
 @dataclass(frozen=True)
 class ShownState:
     """A query whose result list was not logged: its text, class and time once applied, and
@@ -73,6 +76,7 @@ class ShownState:
     klass: Int | None
     time: Float | None
     docs: list[tuple[Int, str]]
+
 
 @dataclass(frozen=True)
 class WaitingState:
@@ -85,6 +89,7 @@ class WaitingState:
     query_id: list[str | None]
     a: list[Int]
     b: list[Float | str | None]
+
 
 @dataclass(frozen=True)
 class SlicesState:
@@ -111,6 +116,7 @@ class SlicesState:
     """Per dimension: the values outside its full set that may still join it."""
     pending_first: list[list[Float]]
 
+
 @dataclass(frozen=True)
 class TallyState:
     searches: HeavyQueriesState
@@ -119,12 +125,14 @@ class TallyState:
     clicked: list[Int]
     """Per key of ``outcomes``, in its order: the searches counted there that got a click."""
 
+
 @dataclass(frozen=True)
 class BucketState:
     window: Float
     index: Int
     classes: list[Int]
     tallies: list[TallyState]
+
 
 @dataclass(frozen=True)
 class QueryListsState:
@@ -135,6 +143,7 @@ class QueryListsState:
     buckets: list[BucketState]
     open_ids: list[str]
     open_keys: list[str]
+
 
 @dataclass(frozen=True)
 class PublicSummary:
@@ -147,6 +156,7 @@ class PublicSummary:
     errors: list[Int]
     unseen: Int
 
+
 @dataclass(frozen=True)
 class PublicTally:
     """A window's tally as it may leave the process (``/queries/state``): what the lists
@@ -158,6 +168,7 @@ class PublicTally:
     clicked: list[Int]
     """Per key of ``outcomes``: the searches counted there that got a click."""
 
+
 @dataclass(frozen=True)
 class HealthState:
     accepted: Int
@@ -168,6 +179,7 @@ class HealthState:
     impressions_without_position: Int
     merged_query_records: Int
     folded_values: dict[str, Int]
+
 
 @dataclass(frozen=True)
 class PipelineState:
