@@ -55,34 +55,51 @@ def running_compiled() -> bool:
     return spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
 
 
-def stale() -> list[str]:
-    """In a source tree (``setup.py`` beside the package): the compiled modules whose source
-    is newer than the extension that holds their code (edited since ``pip install -e .``
-    compiled them)."""
-    if not os.path.exists(os.path.join(ROOT, "setup.py")):
+def stale(root: str = ROOT) -> list[str]:
+    """In a source tree (``setup.py`` beside the package, under ``root``): the modules whose
+    extension must not run. Those of ``MODULES`` whose source is newer than the extension
+    that holds their code (edited since ``pip install -e .`` compiled them), and any other
+    module with an extension beside its source (compiled once, since taken out of
+    ``MODULES``: the code it would load is gone)."""
+    if not os.path.exists(os.path.join(root, "setup.py")):
         return []
-    found = importlib.machinery.PathFinder.find_spec(f"{GROUP}__mypyc", [ROOT])
+    found = importlib.machinery.PathFinder.find_spec(f"{GROUP}__mypyc", [root])
     if found is None or found.origin is None:
         return []  # nothing compiled here
     built = os.stat(found.origin).st_mtime
     edited = []
     for name in MODULES:
         try:
-            if os.stat(os.path.join(ROOT, *name.split(".")) + ".py").st_mtime > built:
+            if os.stat(os.path.join(root, *name.split(".")) + ".py").st_mtime > built:
                 edited.append(name)
         except OSError:
             continue
+    for folder, _, files in os.walk(os.path.join(root, "monitor")):
+        for file in files:
+            suffix = next((s for s in EXTENSIONS if file.endswith(s)), None)
+            if suffix is None:
+                continue
+            base = os.path.join(folder, file[: -len(suffix)])
+            name = ".".join(os.path.relpath(base, root).split(os.sep))
+            if name not in MODULES and os.path.exists(base + ".py"):
+                edited.append(name)
     return edited
 
 
+EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+
 class _Source(importlib.abc.MetaPathFinder):
-    """Loads every module of ``MODULES`` from its source, not its extension (all of them or
-    none: compiled code refers to the compiled classes of the others)."""
+    """Loads every module of ``MODULES`` (and ``also``) from its source, not its extension:
+    all of them or none, since compiled code refers to the compiled classes of the others."""
+
+    def __init__(self, also: list[str]) -> None:
+        self.names = {*MODULES, *also}
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MODULES:
+        if fullname not in self.names:
             return None
         source = os.path.join(ROOT, *fullname.split(".")) + ".py"
         return importlib.util.spec_from_file_location(fullname, source)
@@ -97,13 +114,14 @@ def choose() -> None:
     """Called once, as the package is imported: plain Python where asked for or where the
     compiled modules are stale (``PLAIN_PYTHON`` says why)."""
     global PLAIN_PYTHON
+    edited = []
     if os.environ.get(PURE_PYTHON, "") not in ("", "0"):
         reason = f"{PURE_PYTHON} is set"
     else:
         edited = stale()
         if not edited:
             return
-        reason = (f"{', '.join(edited)} changed since it was compiled (pip install -e . "
-                  "compiles it again)")
-    sys.meta_path.insert(0, _Source())
+        reason = (f"the compiled modules are out of date ({', '.join(edited)}): pip "
+                  "install -e . compiles them again")
+    sys.meta_path.insert(0, _Source(edited))
     PLAIN_PYTHON = reason

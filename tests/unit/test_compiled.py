@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,34 @@ def test_the_install_runs_the_compiled_hot_path() -> None:
         "the hot path did not compile at install: is there a C compiler? (pip install -e . "
         "prints why)"
     )
+
+
+def test_a_source_tree_never_runs_an_extension_older_than_its_source(tmp_path: Path) -> None:
+    """In a source tree, a compiled module edited since the build, and an extension left
+    beside a module no longer compiled, are stale: the package then runs as plain Python.
+    An installed package (no setup.py beside it) is never judged by its files' times."""
+    (tmp_path / "monitor" / "core").mkdir(parents=True)
+    suffix = EXTENSION_SUFFIXES[0]
+    lib = tmp_path / f"{compiled.GROUP}__mypyc{suffix}"
+    sources = {name: tmp_path / (name.replace(".", "/") + ".py") for name in compiled.MODULES}
+    for source in sources.values():
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text("")
+        os.utime(source, (1_000, 1_000))
+    lib.write_bytes(b"")
+    os.utime(lib, (2_000, 2_000))
+    assert compiled.stale(str(tmp_path)) == [], "no setup.py: an installed package"
+    (tmp_path / "setup.py").write_text("")
+    assert compiled.stale(str(tmp_path)) == []
+    edited = compiled.MODULES[1]
+    os.utime(sources[edited], (3_000, 3_000))
+    assert compiled.stale(str(tmp_path)) == [edited]
+    left = tmp_path / "monitor" / "core" / "gone.py"
+    left.write_text("")
+    (tmp_path / "monitor" / "core" / f"gone{suffix}").write_bytes(b"")
+    assert compiled.stale(str(tmp_path)) == [edited, "monitor.core.gone"]
+    lib.unlink()
+    assert compiled.stale(str(tmp_path)) == [], "nothing compiled: nothing stale"
 
 
 def mixed(path: Path) -> None:
