@@ -59,6 +59,8 @@ class DecoderChain:
         first = self.decoders[0]
         self._native = first if isinstance(first, NativeDecoder) else None
         """The first format, when it is the native one (the common case): a direct call."""
+        self._others = self.decoders[1:] if self._native is not None else self.decoders
+        """The formats tried after it."""
 
     def read(self, data: bytes, hint: str | None = None) -> Result:
         if len(data) > self.max_bytes:
@@ -74,10 +76,7 @@ class DecoderChain:
             found = native.decode(data, hint)
             if found is not None:
                 return found
-            rest = self.decoders[1:]
-        else:
-            rest = self.decoders
-        for decoder in rest:
+        for decoder in self._others:
             other = decoder.decode(data, hint)
             if other is not None:
                 return other
