@@ -34,6 +34,8 @@ from pathlib import Path
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from as_installed import compile_package
+
 from monitor.cli.broker import FAST_GROUP, Broker, free_port
 from monitor.inputs.generate import Traffic, World, events
 
@@ -162,6 +164,7 @@ def main() -> None:
     if args.bare_consumer:
         run_bare_consumer(args.bare_consumer, args.events)
         return
+    compile_package()  # as installed: no module compiled at each start
     broker = Broker().start()
     rounds: list[tuple[tuple[float, float], tuple[float, float], dict[str, float]]] = []
     try:

@@ -21,6 +21,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from as_installed import compile_package
+
 from monitor.cli.broker import Broker, free_port
 from monitor.inputs.generate import Traffic, World, events
 
@@ -60,6 +62,7 @@ def run_until_caught_up(config: Path, log: Path, timeout: float = 300.0) -> floa
 
 
 def main() -> None:
+    compile_package()  # as installed: no module compiled at each start
     broker = Broker().start()
     try:
         broker.create_topics({"search-events": 4, "search-judgments": 1})

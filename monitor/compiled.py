@@ -38,6 +38,10 @@ MODULES = (
 """Compiled together (one extension; their calls to each other are C calls): the modules every
 event passes through."""
 
+C_HELPER = "monitor.inputs._brackets"
+"""The one extension written in C (``monitor/inputs/_brackets.c``, built with them): the
+count of brackets every message is checked for (``monitor/inputs/brackets.py``)."""
+
 GROUP = "monitor_hot"
 """The name of the extension that holds their code (``GROUP__mypyc``); each module of
 ``MODULES`` is a small extension that loads it."""
@@ -51,17 +55,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def running_compiled() -> bool:
     """Whether this process runs the compiled hot path (the modules it imports of
-    ``MODULES`` are extensions)."""
-    spec = importlib.util.find_spec(MODULES[0])
-    return spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
+    ``MODULES`` are extensions, and so is ``C_HELPER``, which plain Python does not use)."""
+    if PLAIN_PYTHON is not None:
+        return False
+    return all(
+        (spec := importlib.util.find_spec(name)) is not None
+        and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
+        for name in (MODULES[0], C_HELPER)
+    )
 
 
 def stale(root: str = ROOT) -> list[str]:
     """In a source tree (``setup.py`` beside the package, under ``root``): the modules whose
     extension must not run. Those of ``MODULES`` whose source is newer than the extension
-    that holds their code (edited since ``pip install -e .`` compiled them), and any other
-    module with an extension beside its source (compiled once, since taken out of
-    ``MODULES``: the code it would load is gone)."""
+    that holds their code (edited since ``pip install -e .`` compiled them), ``C_HELPER``
+    if its C source is newer than its extension, and any other module with an extension
+    beside its source (compiled once, since taken out of ``MODULES``: the code it would load
+    is gone)."""
     if not os.path.exists(os.path.join(root, "setup.py")):
         return []
     found = importlib.machinery.PathFinder.find_spec(f"{GROUP}__mypyc", [root])
@@ -75,6 +85,16 @@ def stale(root: str = ROOT) -> list[str]:
                 edited.append(name)
         except OSError:
             continue
+    helper = os.path.join(root, *C_HELPER.split("."))
+    found = importlib.machinery.PathFinder.find_spec(C_HELPER.rpartition(".")[2],
+                                                     [os.path.dirname(helper)])
+    try:
+        if found is not None and found.origin is not None and (
+            os.stat(helper + ".c").st_mtime > os.stat(found.origin).st_mtime
+        ):
+            edited.append(C_HELPER)
+    except OSError:
+        pass
     for folder, _, files in os.walk(os.path.join(root, "monitor")):
         for file in files:
             suffix = next((s for s in EXTENSIONS if file.endswith(s)), None)
@@ -124,5 +144,6 @@ def choose() -> None:
             return
         reason = (f"the compiled modules are out of date ({', '.join(edited)}): pip "
                   "install -e . compiles them again")
-    sys.meta_path.insert(0, _Source(edited))
+    # the C helper has no Python source to load: plain Python does not import it
+    sys.meta_path.insert(0, _Source([name for name in edited if name != C_HELPER]))
     PLAIN_PYTHON = reason

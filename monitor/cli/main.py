@@ -51,11 +51,12 @@ def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``searchmon`` with ``argv`` (default: the process arguments); returns the exit code.
 
-    ``searchmon eval`` run as the process (``argv`` None) ends the process when it is done
-    (``_exit_now``) instead of returning.
+    ``searchmon eval`` and ``searchmon replay`` run as the process (``argv`` None) end the
+    process when they are done (``_exit_now``) instead of returning.
     """
     arguments = sys.argv[1:] if argv is None else list(argv)
-    if argv is None and arguments[:1] == ["eval"]:
+    one_shot = argv is None and arguments[:1] in (["eval"], ["replay"])
+    if one_shot:
         _one_blas_thread()
     parser = _parser(eval_only=arguments[:1] == ["eval"])
     args = parser.parse_args(arguments)
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _reader_gone()
         return EXIT_OK
-    if argv is None and arguments[:1] == ["eval"]:
+    if one_shot:
         _exit_now(code)
     return code
 
@@ -82,8 +83,10 @@ def _one_blas_thread() -> None:
 
     By default OpenBLAS starts one thread per core as numpy is imported: 50 ms of CPU, an
     eighth of bench/eval_bench.py's whole ``searchmon eval``, which computes no matrix
-    product (the paired test of RUN_B computes small ones). Only for ``searchmon eval`` run
-    as the process, and only when none of OpenBLAS's thread settings is given.
+    product (the paired test of RUN_B computes small ones); in a replay its threads took
+    a thirtieth of the CPU, on the cores the replay runs on. Only for ``searchmon eval``
+    and ``searchmon replay`` run as the process, and only when none of OpenBLAS's thread
+    settings is given.
     """
     if not any(name in os.environ for name in _BLAS_THREADS):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
@@ -98,17 +101,22 @@ def _reader_gone() -> None:
 def _exit_now(code: int) -> None:
     """Flush the output and end the process at once, without the interpreter's teardown.
 
-    An evaluation is a short-lived process: once its output is written, tearing down the
-    interpreter (every module's objects, and a heap of arrays freed one by one) takes
-    30 ms or more of bench/eval_bench.py's 0.4 s, for memory the system takes back with the
-    process anyway. It holds no other resource: its files are read-only maps, and the SVG
-    of --plot is written and closed before.
+    An evaluation or a replay is a short-lived process: once its output is written, tearing
+    down the interpreter (every module's objects, and a heap of arrays, sessions and ids
+    freed one by one) takes 30 ms or more of bench/eval_bench.py's 0.4 s, and a tenth of a
+    second after a replay of a million events, for memory the system takes back with the
+    process anyway. They hold no other resource: their inputs are read-only, the SVG of
+    ``eval --plot`` is written and closed before, a replay's sort removes its scratch files
+    as it ends, and the log's handlers are flushed here.
     """
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_gone()
         code = EXIT_OK
+    logs = sys.modules.get("logging")  # not imported for this alone: eval logs nothing
+    if logs is not None:
+        logs.shutdown()
     sys.stderr.flush()
     os._exit(code)
 

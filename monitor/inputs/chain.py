@@ -15,6 +15,7 @@ import importlib
 from typing import Protocol
 
 from monitor.config import Config
+from monitor.inputs.brackets import brackets
 from monitor.inputs.events import (
     Decoded,
     IgnoredAction,
@@ -67,9 +68,7 @@ class DecoderChain:
             return too_large(data, self.max_bytes)
         if data[:1] != b"{":
             data, hint = indexed(data, hint)
-        if data.count(b"[") + data.count(b"{") > self.max_depth and nested_deeper(
-            data, self.max_depth
-        ):
+        if brackets(data) > self.max_depth and nested_deeper(data, self.max_depth):
             return too_deep(self.max_depth)
         native = self._native
         if native is not None:

@@ -172,7 +172,7 @@ class Dimensions:
 
     def merged(self, data: bytes, attributes: Attributes | None) -> Attributes | None:
         """``attributes`` with the top-level dimension fields of the message ``data``."""
-        if not any(needle in data for needle in self._needles):
+        if not any(data.find(needle) >= 0 for needle in self._needles):
             return attributes
         try:
             top = self._decode(data)
@@ -206,7 +206,9 @@ class NativeDecoder:
     ) -> Decoded | JudgedMessage | Rejection | None:
         """A live event with its time, a judged message, a rejection, or None for a JSON
         object without ``type`` (another format's)."""
-        if b'"type"' not in data and b"\\" not in data:
+        # ``find``, not ``in``: a bytes ``in`` tries its operand as an int first (an
+        # exception raised and cleared on every message)
+        if data.find(b'"type"') < 0 and data.find(b"\\") < 0:
             return self._validated(data)  # no ``type`` (not even escaped): not a live event
         try:
             event: Native = self._decode_live(data)
@@ -313,7 +315,7 @@ def _unlisted(event: QueryEvent, data: bytes) -> Rejection | None:
     """A query's result ids against ``results_known``: only a query whose list was not
     logged may leave them out, and it may not give them."""
     if event.results_known:
-        if not event.result_ids and b'"result_ids"' not in data:
+        if not event.result_ids and data.find(b'"result_ids"') < 0:
             return Rejection(Reason.SCHEMA, "query.result_ids: Field required (leave it out "
                              "only with results_known false)")
     elif event.result_ids:
