@@ -32,6 +32,7 @@ MODULES = (
     "monitor.inputs.chain",
     "monitor.inputs.files",
     "monitor.inputs.native",
+    "monitor.inputs.records",
     "monitor.inputs.timestamps",
     "monitor.inputs.ubi",
 )

@@ -245,6 +245,26 @@ class Pipeline:
             return read
         return self.admit(read)
 
+    def feed_part(
+        self, numbers: list[int], values: list[bytes | None], start: int, position: Any,
+        holder: Pipeline | None,
+    ) -> list[tuple[int, Rejection]]:
+        """``feed`` each record of a partition's batch from index ``start`` (a value of None
+        reads as an empty message), in one compiled loop: the state process's. Writes each
+        record's offset to ``position[1]`` as it is taken (read by the other process when a
+        batch stalls), hands what ``forwarding`` holds back to ``holder`` after each record,
+        and returns the rejections with the index of their record."""
+        rejected: list[tuple[int, Rejection]] = []
+        for index in range(start, len(numbers)):
+            position[1] = numbers[index]
+            value = values[index]
+            rejection = self.feed(value if value is not None else b"")
+            if rejection is not None:
+                rejected.append((index, rejection))
+            if self.forwarded:
+                self.forward_to(holder)
+        return rejected
+
     def read(self, data: bytes, hint: str | None = None) -> Read | Rejection | None:
         """One message decoded and validated: what to ``admit``, or its rejection, or None
         for an ignored action (both counted here). ``hint``: the index a ``_bulk`` export

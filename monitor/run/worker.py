@@ -355,19 +355,10 @@ class PartitionStates:
             if pipeline is not owner:
                 pipeline.forward_live = owner is not None and owner.judged.active
             pipeline.sessions.horizon = horizon
-            feed = pipeline.feed
             at[0] = number
-            for index in range(start, len(numbers)):
-                at[1] = numbers[index]
-                value = values[index]
-                rejection = feed(value if value is not None else b"")
-                if rejection is not None:
-                    self.rejections.record(rejection, f"{key[0]}/{key[1]}@{numbers[index]}")
-                    letters.append(
-                        (key, numbers[index], rejection.reason.value, rejection.detail)
-                    )
-                if pipeline.forwarded:
-                    pipeline.forward_to(owner)
+            for index, rejection in pipeline.feed_part(numbers, values, start, at, owner):
+                self.rejections.record(rejection, f"{key[0]}/{key[1]}@{numbers[index]}")
+                letters.append((key, numbers[index], rejection.reason.value, rejection.detail))
             offsets[key] = numbers[-1] + 1
             self.dirty.add(key)
             self.shown_dirty = self.busy = True
