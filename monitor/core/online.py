@@ -734,8 +734,10 @@ class Sessions:
         self._settle(self.waiting_events())
         self.waiting.clear()
         for session_id, session in self.open.items():
-            self.close(session_id, session)
+            self._end(session_id, session)  # what ``close`` keeps of it is forgotten below
         self.open.clear()
+        if self.query_sessions is not None:
+            self.query_sessions = None  # no session open: a cache of nothing
         self.due.clear()
         self.seen.clear()
         self.seen_before.clear()
@@ -744,16 +746,21 @@ class Sessions:
 
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
-        if self.finished is not None:
-            self._finish(session_id, session)
-        if self.shown:
-            for known in _query_ids(session):
-                self._served(known)
         index = self.query_sessions
         if index is not None:
             for known in _query_ids(session):
                 if index.get(known) == session_id:
                     del index[known]
+        self._end(session_id, session)
+
+    def _end(self, session_id: str, session: Session) -> None:
+        """``close`` but for what it keeps to place later events (the session's end, its
+        queries' session), which ``close_all`` forgets anyway."""
+        if self.finished is not None:
+            self._finish(session_id, session)
+        if self.shown:
+            for known in _query_ids(session):
+                self._served(known)
         orphans = session.orphans
         if orphans:  # their query never came: counted under the session's class
             for i in range(0, len(orphans), 4):
