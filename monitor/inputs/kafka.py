@@ -289,7 +289,7 @@ def read_batches() -> bool:
     markers), and a batch that does not read as its header says, are left to kafka-python's
     own iteration, which raises its ``CorruptRecordError`` where it always did. False, and
     kafka-python reads every batch, where its ``DefaultRecordBatch`` does not have the
-    layout this was written against (kafka-python 2.2 to 3.0)."""
+    layout this was written against (kafka-python 3.0's)."""
     if DefaultRecordBatch.__iter__ is _read_batch:
         return True
     slots = getattr(DefaultRecordBatch, "__slots__", ())

@@ -31,10 +31,10 @@ def _online_entry(parts: Iterable[SliceFigures]) -> dict[str, Any]:
     return entry
 
 
-def report(pipeline: Pipeline) -> dict[str, Any]:
+def report(pipeline: Pipeline, lists: bool = True) -> dict[str, Any]:
     """The replay report: online and offline results overall and per slice (per class
-    without dimensions; with them, also per value of each dimension), rejections, the query
-    lists."""
+    without dimensions; with them, also per value of each dimension), rejections, and
+    unless ``lists`` is false (the table, which does not show them) the query lists."""
     figures = export(pipeline)
     labels = figures.labels
     online = {"all": _online_entry(figures.slices)}
@@ -69,7 +69,7 @@ def report(pipeline: Pipeline) -> dict[str, Any]:
         "rejected": rejected,
         "unmatched_clicks": pipeline.sessions.unmatched_clicks,
         "ignored_actions": pipeline.health.ignored_actions,
-        "queries": query_report([pipeline], pipeline, pipeline.config),
+        **({"queries": query_report([pipeline], pipeline, pipeline.config)} if lists else {}),
     }
 
 
