@@ -2,7 +2,7 @@
 
 The metadata is in ``pyproject.toml``; this file only adds the extension modules. They are the
 same Python source, compiled ahead of time to C (mypyc, from the type annotations that
-``mypy --strict`` checks): a replay takes about seven tenths of its plain-Python time. One
+``mypy --strict`` checks): a replay takes about two thirds of its plain-Python time. One
 small extension is written in C: the count of brackets every message is checked for
 (``monitor/inputs/_brackets.c``). Without a C compiler, or with ``SEARCHMON_COMPILE=0`` at
 install time, the package installs as plain Python and behaves the same, slower

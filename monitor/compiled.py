@@ -2,7 +2,7 @@
 whether this process runs them compiled.
 
 Compiled and plain Python are the same source and count the same; compiled, a replay takes
-about seven tenths of its plain-Python time (docs: performance). Plain Python runs when the
+about two thirds of its plain-Python time (docs: performance). Plain Python runs when the
 install compiled nothing (no C compiler, or ``SEARCHMON_COMPILE=0``), when
 ``SEARCHMON_PURE_PYTHON=1`` is set (a profiler sees every line then), and in a source tree
 where a compiled module's source changed after it was compiled (``pip install -e .``

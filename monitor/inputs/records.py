@@ -73,6 +73,17 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def nullable(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    """The bytes at ``pos`` (a varint length, -1 for none, then as many bytes) and the
+    position after them."""
+    size, pos = varint(data, pos)
+    if size < 0:
+        return None, pos
+    if pos + size > len(data):
+        raise Malformed
+    return data[pos:pos + size], pos + size
+
+
 def records(
     data: bytes, pos: int, count: int, base_offset: int, first_timestamp: int,
     timestamp_type: int, max_timestamp: int,
@@ -88,20 +99,8 @@ def records(
         _, pos = varint(data, pos)  # attributes: unused in v2
         delta, pos = varint(data, pos)
         offset_delta, pos = varint(data, pos)
-        size, pos = varint(data, pos)
-        key: bytes | None = None
-        if size >= 0:
-            if pos + size > end:
-                raise Malformed
-            key = data[pos:pos + size]
-            pos += size
-        size, pos = varint(data, pos)
-        value: bytes | None = None
-        if size >= 0:
-            if pos + size > end:
-                raise Malformed
-            value = data[pos:pos + size]
-            pos += size
+        key, pos = nullable(data, pos)
+        value, pos = nullable(data, pos)
         headers: list[tuple[str, bytes | None]] = []
         number, pos = varint(data, pos)
         if number < 0:
@@ -114,14 +113,7 @@ def records(
                 name = data[pos:pos + size].decode("utf-8")
             except UnicodeDecodeError:
                 raise Malformed from None
-            pos += size
-            size, pos = varint(data, pos)
-            header: bytes | None = None
-            if size >= 0:
-                if pos + size > end:
-                    raise Malformed
-                header = data[pos:pos + size]
-                pos += size
+            header, pos = nullable(data, pos + size)
             headers.append((name, header))
         if pos - start != length:
             raise Malformed

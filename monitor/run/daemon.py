@@ -239,7 +239,7 @@ class Daemon:
         if compiled.running_compiled():
             log.info("the hot path runs compiled")
         else:
-            log.warning("the hot path runs as plain Python, about 1.4 times as slow: %s",
+            log.warning("the hot path runs as plain Python, about 1.5 times as slow: %s",
                         compiled.PLAIN_PYTHON or "the install compiled nothing (no C "
                         "compiler, or SEARCHMON_COMPILE=0)")
         source: KafkaSource | None = None
