@@ -27,9 +27,9 @@ def extensions() -> list[Extension]:
     helper = Extension(C_HELPER, [f"{C_HELPER.replace('.', '/')}.c"], optional=True)
     try:
         from mypyc.build import mypycify
-    except ImportError:
+    except ImportError:  # the C helper is used only with the compiled modules: not built
         print("searchmon: mypyc not found: installing plain Python", file=sys.stderr)
-        return [helper]
+        return []
     modules = mypycify(
         [f"{name.replace('.', '/')}.py" for name in MODULES], opt_level="3", debug_level="1",
         group_name=GROUP,

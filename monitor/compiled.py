@@ -40,8 +40,9 @@ MODULES = (
 event passes through."""
 
 C_HELPER = "monitor.inputs._brackets"
-"""The one extension written in C (``monitor/inputs/_brackets.c``, built with them): the
-count of brackets every message is checked for (``monitor/inputs/brackets.py``)."""
+"""The one extension written in C (``monitor/inputs/_brackets.c``, built with them and used
+only with them): the count of brackets every message is checked for
+(``monitor/inputs/brackets.py``)."""
 
 GROUP = "monitor_hot"
 """The name of the extension that holds their code (``GROUP__mypyc``); each module of
@@ -56,14 +57,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def running_compiled() -> bool:
     """Whether this process runs the compiled hot path (the modules it imports of
-    ``MODULES`` are extensions, and so is ``C_HELPER``, which plain Python does not use)."""
-    if PLAIN_PYTHON is not None:
-        return False
-    return all(
-        (spec := importlib.util.find_spec(name)) is not None
-        and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
-        for name in (MODULES[0], C_HELPER)
-    )
+    ``MODULES`` are extensions; ``C_HELPER`` is used only then, where it was built)."""
+    spec = importlib.util.find_spec(MODULES[0])
+    return spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
 
 
 def stale(root: str = ROOT) -> list[str]:

@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _reader_gone()
         return EXIT_OK
-    if one_shot:
-        _exit_now(code)
+    if one_shot and sys.getprofile() is None and sys.gettrace() is None:
+        _exit_now(code)  # not under a profiler or coverage: they write their data at exit
     return code
 
 

@@ -1,8 +1,8 @@
 """The count of ``[`` and ``{`` bytes in a message: what the decoder chain checks against
 ``[input] max_depth`` before any decoder reads the message (``monitor.inputs.chain``).
 
-In C (``_brackets.c``, built by ``setup.py`` with the compiled hot path) where it is built
-and the compiled modules run; else ``bytes.count``, twice: the same count, about a third of
+In C (``_brackets.c``, built by ``setup.py`` with the compiled hot path) where the compiled
+modules run and it was built; else ``bytes.count``, twice: the same count, about a third of
 a microsecond slower per event.
 """
 
@@ -19,7 +19,7 @@ def count(data: bytes) -> int:
 
 
 def _choose() -> Callable[[bytes], int]:
-    if compiled.PLAIN_PYTHON is not None:  # plain Python asked for, or the build is stale
+    if not compiled.running_compiled():  # plain Python: installed so, asked for, or stale
         return count
     try:
         from monitor.inputs._brackets import brackets as in_c

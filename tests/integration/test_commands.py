@@ -41,6 +41,29 @@ def test_replay_logs_json_lines_at_the_level_asked(tmp_path: Path) -> None:
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
+def test_replay_as_a_process_ends_with_its_output_and_log_whole(tmp_path: Path) -> None:
+    """``searchmon replay`` ends without the interpreter's teardown: what it wrote (the
+    report, every log line) is all there, through a pipe; under a profiler it ends the usual
+    way, and the profiler writes its data."""
+    events = tmp_path / "events.jsonl"
+    lines = [query(f"e{i}", i, f"s{i % 7}", f"q{i}") for i in range(2_000)]
+    events.write_bytes(b"\n".join(lines) + b"\nnot json\n" * 150)
+    done = subprocess.run([*SEARCHMON, "replay", str(events), "--report", "json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["online"]["all"]["queries"] == 2_000
+    logged = [line for line in done.stderr.splitlines() if "(invalid_json)" in line]
+    assert len(logged) == 100, "the first 100 of the reason, every one flushed"
+    assert "further invalid_json rejections are counted" in done.stderr.splitlines()[-1]
+    profile = tmp_path / "replay.prof"
+    profiled = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "monitor", "replay",
+         str(events)], capture_output=True, text=True, timeout=120,
+    )
+    assert profiled.returncode == 0, profiled.stderr
+    assert profile.stat().st_size > 0, "the profiler wrote its data at the exit"
+
+
 def test_the_broker_command_creates_the_topics_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     config = tmp_path / "searchmon.toml"
