@@ -659,8 +659,7 @@ class Sessions:
 
     def _settle(self, ready: list[Accepted]) -> None:
         """Apply waiting events the watermark has passed, in the (time) order given."""
-        sessions, timeout = self.open, self._timeout
-        due, width, resolving = self.due, self.bucket_seconds, self.resolving
+        sessions, timeout, resolving = self.open, self._timeout, self.resolving
         for event in ready:
             time, session_id = event[0], event[3]
             if resolving and session_id.startswith(SESSION_OF_QUERY):
@@ -675,12 +674,7 @@ class Sessions:
                     session.last = time
             if session is None:
                 session = sessions[session_id] = Session(time)
-                # ``_schedule``, inline: once per new session on the per-event path
-                waiting = due.get(bucket := int((time + timeout) // width))
-                if waiting is None:
-                    due[bucket] = [session_id]
-                else:
-                    waiting.append(session_id)
+                self._schedule(session_id, time + timeout)
             self._apply(session, event, session_id)
 
     def _resolve(self, marked: str, query_id: str | None) -> str:

@@ -291,10 +291,9 @@ _TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]|[\]}]', re.DOTALL)
 
 def nested_deeper(data: bytes, limit: int) -> bool:
     """Whether the JSON in ``data`` nests arrays and objects more than ``limit`` deep: read
-    in one linear pass before any decoder recurses into it. Most messages have fewer
-    brackets than ``limit`` in all and are not scanned."""
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False
+    in one linear pass before any decoder recurses into it. The decoder chain scans only a
+    message with more than ``limit`` brackets in all (``monitor.inputs.brackets``): most
+    have fewer."""
     depth = 0
     for token in _TOKENS.finditer(data):
         bracket = token[0]

@@ -273,9 +273,6 @@ def _highwater(consumer: KafkaConsumer, partition: TopicPartition) -> int | None
     return highwater
 
 
-
-
-
 BATCH_LAYOUT = ("_buffer", "_pos", "_num_records", "_next_record_index", "_decompressed")
 """The slots of kafka-python's ``DefaultRecordBatch`` that ``read_batches`` reads and sets."""
 BATCH_PROPERTIES = ("_maybe_uncompress", "is_control_batch", "base_offset", "first_timestamp",
