@@ -563,14 +563,16 @@ class Sessions:
         self._advance()
         return (self.open_count, sum(len(b) for b in self.waiting.values())) != before
 
-    def offer(self, event: Accepted) -> Reason | None:
-        """Accept an event (it is applied once the watermark passes it), or say why not."""
+    def offer(self, event: Accepted, checked: bool = False) -> Reason | None:
+        """Accept an event (it is applied once the watermark passes it), or say why not;
+        ``checked``: ``refuses`` has just found no reason to refuse it for sure."""
         time, event_id = event[0], event[2]
         seen = self.seen
-        if event_id in seen or event_id in self.seen_before:
-            return Reason.DUPLICATE
-        if time > self.horizon:
-            return Reason.FUTURE_TIMESTAMP
+        if not checked:
+            if event_id in seen or event_id in self.seen_before:
+                return Reason.DUPLICATE
+            if time > self.horizon:
+                return Reason.FUTURE_TIMESTAMP
         if time > self.newest:
             self.newest = time
             if time > self.clock:
@@ -741,10 +743,14 @@ class Sessions:
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
         index = self.query_sessions
-        if index is not None:
-            for known in _query_ids(session):
-                if index.get(known) == session_id:
-                    del index[known]
+        if index is not None:  # its queries leave the index (no list of them built)
+            older = session.older
+            if older:
+                for i in range(0, len(older), 4):
+                    if index.get(older[i]) == session_id:
+                        del index[older[i]]
+            if session.query_id is not None and index.get(session.query_id) == session_id:
+                del index[session.query_id]
         self._end(session_id, session)
 
     def _end(self, session_id: str, session: Session) -> None:

@@ -7,7 +7,7 @@ the state at scrape time. Nothing here does I/O or reads the clock.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -216,11 +216,13 @@ class Pipeline:
         self.health = Health()
         self.judged = Judged(config.offline)
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
-        self._query_ids: OrderedDict[str, int] = OrderedDict()
+        self._query_ids: dict[str, int] = {}
         """Recent query ids: a hash of their session and text (``QUERY_IDS_KEPT``, oldest
-        out; only the hash, so that the memory keeps no text alive). Ordered: a plain dict
-        emptied from its front finds its oldest key by skipping every deleted slot before
-        it (tens of microseconds per query once full)."""
+        out; only the hash, so that the memory keeps no text alive)."""
+        self._query_id_order: deque[str] = deque()
+        """``_query_ids``' keys, oldest first. Not an OrderedDict, which looks each key up
+        again in its own index; nor the plain dict's order, which finds its oldest key by
+        skipping every deleted slot before it (tens of microseconds per query once full)."""
         self.implicit = Implicit(
             config.implicit, config.query_lists.min_sessions,
             self.lists.key if self.lists is not None else normalise,
@@ -358,6 +360,7 @@ class Pipeline:
             accepted, event = read
             sessions = self.sessions
             query = accepted[1] == QUERY
+            checked = False  # whether ``refuses`` has looked for a duplicate already
             if query:
                 if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)
                     event = cast(QueryEvent, event)
@@ -384,8 +387,10 @@ class Pipeline:
                         self._given(event), accepted[0], sessions.watermark,
                     )
                     self.grow()
-                    accepted = (*accepted[:5], klass, accepted[6])
-            reason = sessions.offer(accepted)
+                    accepted = (accepted[0], accepted[1], accepted[2], accepted[3], accepted[4],
+                                klass, accepted[6])
+                    checked = True
+            reason = sessions.offer(accepted, checked)
             if reason is not None:
                 return self._reject(reason, event)
             self.health.accepted += 1
@@ -403,9 +408,11 @@ class Pipeline:
                 seen, ids = hash((event.session_id, event.query_text)), self._query_ids
                 known = ids.get(event.query_id)
                 if known is None:
-                    if len(ids) >= QUERY_IDS_KEPT:
-                        ids.popitem(last=False)
+                    order = self._query_id_order
+                    if len(order) >= QUERY_IDS_KEPT:
+                        del ids[order.popleft()]
                     ids[event.query_id] = seen
+                    order.append(event.query_id)
                 elif known != seen:
                     self.health.reused_query_ids += 1
                     ids[event.query_id] = seen

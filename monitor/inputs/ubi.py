@@ -100,11 +100,19 @@ class UbiDecoder:
         client = _identifier(record, "client_id")
         session = _identifier(record, "session_id")
         stamp = self._timestamp(record)
-        hits = next((record[f] for f in HIT_ID_FIELDS if record.get(f) is not None), None)
+        hits = None
+        for name in HIT_ID_FIELDS:
+            hits = record.get(name)
+            if hits is not None:
+                break
         if hits is not None:
             if not isinstance(hits, list):
                 raise _Invalid("query_response_hit_ids: expected a list of ids")
-            results = [_id_value(h, "query_response_hit_ids") for h in hits]
+            results: list[str] = hits  # the parsed list itself when every id is a string
+            for hit in hits:
+                if type(hit) is not str:
+                    results = [_id_value(h, "query_response_hit_ids") for h in hits]
+                    break
             known = bool(results) or self.config.empty_hit_ids == "zero_results"
         else:
             results, known = [], False

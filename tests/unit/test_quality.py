@@ -8,7 +8,7 @@ from typing import Any
 
 from monitor.config import Config, parse_config
 from monitor.core.export import export
-from monitor.core.pipeline import Pipeline
+from monitor.core.pipeline import QUERY_IDS_KEPT, Pipeline
 from monitor.serve.page import render
 from monitor.serve.quality import data_quality
 from monitor.serve.queries import query_report
@@ -50,6 +50,24 @@ def test_a_query_id_reused_with_another_text_or_session_is_counted() -> None:
     assert pipeline.health.reused_query_ids == 2
     assert export(pipeline).reused_query_ids == 2
     assert round_trip(pipeline).health.reused_query_ids == 2, "kept in the state"
+
+
+def test_the_query_ids_remembered_are_the_most_recent_ones() -> None:
+    """The memory of query ids is bounded (``QUERY_IDS_KEPT``) and forgets the oldest first:
+    an id reused after it was forgotten is no reuse; one reused while remembered is."""
+    pipeline = Pipeline(CONFIG)
+    over = 10
+    for i in range(QUERY_IDS_KEPT + over):
+        pipeline.feed(query(f"e{i}", i / 1000, f"s{i}", f"q{i}", text=f"t{i}"))
+    pipeline.feed(query("again-1", 200, "other", f"q{over - 1}", text="another"))
+    assert pipeline.health.reused_query_ids == 0, "forgotten: a search of its own"
+    # remembered again, it pushed the oldest one (q10) out
+    pipeline.feed(query("again-2", 200, "other", f"q{over + 1}", text="another"))
+    assert pipeline.health.reused_query_ids == 1, "the oldest id remembered"
+    pipeline.feed(query("again-3", 201, "more", f"q{over}", text="more"))
+    assert pipeline.health.reused_query_ids == 1, "forgotten when q9 came back"
+    pipeline.feed(query("again-4", 201, "more", f"q{QUERY_IDS_KEPT + over - 1}", text="more"))
+    assert pipeline.health.reused_query_ids == 2, "the newest id"
 
 
 def test_clicked_zero_results_and_events_without_their_query_are_counted() -> None:
