@@ -16,6 +16,13 @@ Both are timed from process start (interpreter, imports and joining the group in
 the last event: the rates and the ratio ours / baseline (target >= 0.85). Then the same from
 the moment each had its partitions assigned, which leaves out the start-up both pay (about
 3 s of it is the broker's group join), and the CPU time of every process.
+
+A third process, a bare consumer of both topics the daemon reads (the events and the
+judgments topic, idle here), shows what reading an idle topic beside the events costs: the
+baseline of the targets stays the consumer of the events alone.
+
+``--checkpoint-interval`` runs the daemon with another ``[state] checkpoint_interval`` (the
+default, 5 s, checkpoints once or twice within the run): what the checkpoints cost.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from monitor.cli.broker import FAST_GROUP, Broker, free_port
 from monitor.inputs.generate import Traffic, World, events
 
 TOPIC = "search-events"
+JUDGMENTS = "search-judgments"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -62,7 +70,7 @@ class Assigned(ConsumerRebalanceListener):  # type: ignore[misc]
         self.at = time.monotonic()
 
 
-def run_bare_consumer(address: str, total: int) -> None:
+def run_bare_consumer(address: str, total: int, topics: list[str]) -> None:
     """The baseline's own process: poll to the end, then say when it had its partitions
     (CLOCK_MONOTONIC is the same for every process) and its CPU time."""
     listener = Assigned()
@@ -70,7 +78,7 @@ def run_bare_consumer(address: str, total: int) -> None:
         bootstrap_servers=address, group_id=f"bare-{time.time()}",
         auto_offset_reset="earliest", enable_auto_commit=False, **FAST_GROUP,
     )
-    consumer.subscribe([TOPIC], listener=listener)
+    consumer.subscribe(topics, listener=listener)
     seen = 0
     while seen < total:
         for records in consumer.poll(timeout_ms=500, max_records=5000).values():
@@ -79,28 +87,33 @@ def run_bare_consumer(address: str, total: int) -> None:
     consumer.close()
 
 
-def bare_consumer(broker: Broker, total: int, cpu: dict[str, float]) -> tuple[float, float]:
+def bare_consumer(
+    broker: Broker, total: int, cpu: dict[str, float], topics: list[str], name: str
+) -> tuple[float, float]:
     """Seconds from process start to the last event, and from partitions assigned."""
     assert broker.process is not None
     broker_cpu = cpu_seconds(broker.process.pid)
     start = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, __file__, "--bare-consumer", broker.address, "--events", str(total)],
+        [sys.executable, __file__, "--bare-consumer", broker.address, "--events", str(total),
+         "--bare-topics", ",".join(topics)],
         stdout=subprocess.PIPE, text=True,
     )
     assert process.stdout is not None
     line = process.stdout.readline()
     end = time.monotonic()
-    cpu["broker (bare)"] = cpu_seconds(broker.process.pid) - broker_cpu
+    cpu[f"broker ({name})"] = cpu_seconds(broker.process.pid) - broker_cpu
     process.communicate(timeout=30)
     if not line.startswith("done "):
         raise RuntimeError(f"the bare consumer failed (exit {process.returncode})")
     _, assigned, own_cpu = line.split()
-    cpu["bare consumer"] = float(own_cpu)
+    cpu[name] = float(own_cpu)
     return end - start, end - float(assigned)
 
 
-def daemon(broker: Broker, directory: Path, cpu: dict[str, float]) -> tuple[float, float]:
+def daemon(
+    broker: Broker, directory: Path, cpu: dict[str, float], checkpoint_interval: float | None
+) -> tuple[float, float]:
     """Seconds from process start to the last event, and from partitions assigned."""
     port = free_port()
     config = directory / "searchmon.toml"
@@ -109,6 +122,7 @@ def daemon(broker: Broker, directory: Path, cpu: dict[str, float]) -> tuple[floa
         + "".join(f"{k} = {v}\n" for k, v in FAST_GROUP.items())
         + f'[http]\nlisten = "127.0.0.1:{port}"\n'
         f'[state]\ndir = "{directory / "state"}"\n'
+        + (f"checkpoint_interval = {checkpoint_interval}\n" if checkpoint_interval else "")
     )
     assert broker.process is not None
     broker_cpu = cpu_seconds(broker.process.pid)
@@ -132,7 +146,7 @@ def daemon(broker: Broker, directory: Path, cpu: dict[str, float]) -> tuple[floa
         else:
             raise RuntimeError("the daemon stopped before catching up")
         assert assigned is not None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 + (checkpoint_interval or 0)
         while not caught_up(port):  # the exported lag agrees (after the next checkpoint)
             assert time.monotonic() < deadline, "the lag gauges do not show 0"
             time.sleep(0.2)
@@ -159,46 +173,56 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3, help="baseline and ours, alternating")
+    parser.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
+                        help="the daemon's [state] checkpoint_interval (default: its own, 5)")
     parser.add_argument("--bare-consumer", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-topics", default=TOPIC, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_consumer:
-        run_bare_consumer(args.bare_consumer, args.events)
+        run_bare_consumer(args.bare_consumer, args.events, args.bare_topics.split(","))
         return
     compile_package()  # as installed: no module compiled at each start
     broker = Broker().start()
-    rounds: list[tuple[tuple[float, float], tuple[float, float], dict[str, float]]] = []
+    Times = tuple[float, float]
+    rounds: list[tuple[Times, Times, Times, dict[str, float]]] = []
     try:
-        broker.create_topics({TOPIC: 4, "search-judgments": 1})
+        broker.create_topics({TOPIC: 4, JUDGMENTS: 1})
         world = World.build(21)
         stream = events(world, Traffic(seed=21, sessions_per_second=50.0, duration=1e9))
         messages = ((key.encode(), line) for _, key, line in stream)
         produced = broker.produce(TOPIC, itertools.islice(messages, args.events))
         for number in range(args.rounds):
             cpu: dict[str, float] = {}
-            base = bare_consumer(broker, produced, cpu)
+            base = bare_consumer(broker, produced, cpu, [TOPIC], "bare consumer")
+            both = bare_consumer(broker, produced, cpu, [TOPIC, JUDGMENTS], "bare, both topics")
             with tempfile.TemporaryDirectory() as tmp:
-                ours = daemon(broker, Path(tmp), cpu)
-            rounds.append((base, ours, cpu))
-            print(f"round {number + 1}: bare {base[0]:.2f} s, daemon {ours[0]:.2f} s, "
-                  f"ratio {base[0] / ours[0]:.2f}", flush=True)
+                ours = daemon(broker, Path(tmp), cpu, args.checkpoint_interval)
+            rounds.append((base, both, ours, cpu))
+            print(f"round {number + 1}: bare {base[0]:.2f} s, both topics {both[0]:.2f} s, "
+                  f"daemon {ours[0]:.2f} s, ratio {base[0] / ours[0]:.2f}", flush=True)
     finally:
         broker.stop()
     # the round with the median ratio, whole (both figures of a ratio from the same round)
-    base, ours, cpu = sorted(rounds, key=lambda r: r[0][0] / r[1][0])[len(rounds) // 2]
+    base, both, ours, cpu = sorted(rounds, key=lambda r: r[0][0] / r[2][0])[len(rounds) // 2]
+    interval = f"{args.checkpoint_interval:g} s" if args.checkpoint_interval else "default"
     print(f"kafka bench: {produced} events, 4 partitions, local broker, "
-          f"median of {len(rounds)} rounds")
+          f"median of {len(rounds)} rounds; the daemon's checkpoint interval: {interval}")
     print("  from process start to the last event (start-up and group join included):")
     print(f"    bare kafka-python consumer:  {produced / base[0]:10,.0f} events/s "
           f"({base[0]:.2f} s)")
     print(f"    searchmon run (daemon):      {produced / ours[0]:10,.0f} events/s "
           f"({ours[0]:.2f} s)")
     print(f"    ratio ours / bare consumer:  {base[0] / ours[0]:10.2f}  (target >= 0.85)")
+    print(f"    bare consumer of both topics: {produced / both[0]:9,.0f} events/s "
+          f"({both[0]:.2f} s; ratio ours / it {both[0] / ours[0]:.2f})")
     print("  from partitions assigned to the last event (steady state):")
     print(f"    bare kafka-python consumer:  {produced / base[1]:10,.0f} events/s "
           f"({base[1]:.2f} s)")
     print(f"    searchmon run (daemon):      {produced / ours[1]:10,.0f} events/s "
           f"({ours[1]:.2f} s)")
     print(f"    ratio ours / bare consumer:  {base[1] / ours[1]:10.2f}  (target >= 0.85)")
+    print(f"    bare consumer of both topics: {produced / both[1]:9,.0f} events/s "
+          f"({both[1]:.2f} s; ratio ours / it {both[1] / ours[1]:.2f})")
     print(f"  CPU seconds (start-up included; {os.cpu_count()} cores shared with the broker):")
     for name, seconds in cpu.items():
         print(f"    {name:26} {seconds:5.2f} s  ({seconds / produced * 1e6:4.1f} us/event)")

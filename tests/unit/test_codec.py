@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from monitor.config import Config, SlicesConfig
 from monitor.core.export import export
@@ -23,7 +24,7 @@ from monitor.run.coordinator import CheckpointCoordinator
 from monitor.state import codec
 from monitor.state.checkpoint import CheckpointError, DirStore, restore_unit
 from monitor.state.codec import UnitState
-from monitor.state.ledger import Ledger
+from monitor.state.ledger import Ledger, LedgerState
 from tests.support.checkpoints import sans_curves
 from tests.support.files import DATA
 
@@ -223,6 +224,21 @@ def test_a_ledger_round_trips() -> None:
     data = codec.encode("ledger", ledger.snapshot())
     again = Ledger.restore(codec.decode_ledger(data, "test"))
     assert again == ledger
+
+
+def test_a_checkpoint_holds_the_document_pydantic_would_write() -> None:
+    """msgspec writes the payload: the same JSON document as pydantic's serializer (the
+    exponents of its floats aside, which JSON reads alike), for a unit with judged samples,
+    a regression and query lists, and for a ledger."""
+    pipeline = fed(fixture_stream()[:CUT])
+    unit = UnitState("search-events", 0, CUT, 1.5, "replica-1",
+                     codec.fingerprint(pipeline.config), pipeline.snapshot())
+    ledger = Ledger()
+    ledger.acquire(("events", 0), export(pipeline), None)
+    ledger.history.observe(ledger.exported({("events", 0)}, None))
+    for kind, value, of in (("unit", unit, UnitState), ("ledger", ledger.snapshot(), LedgerState)):
+        payload = codec.encode(kind, value).split(b"\n", 2)[2]
+        assert json.loads(payload) == json.loads(TypeAdapter(of).dump_json(value)), kind
 
 
 LEDGER_V5 = DATA / "ledger-v5.bin"
