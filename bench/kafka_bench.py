@@ -34,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -131,6 +132,7 @@ def daemon(
         [sys.executable, "-m", "monitor", "run", "--config", str(config)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+    drain: threading.Thread | None = None
     try:
         assert process.stderr is not None
         assigned = None
@@ -146,6 +148,9 @@ def daemon(
         else:
             raise RuntimeError("the daemon stopped before catching up")
         assert assigned is not None
+        # what it logs from now on is read and dropped: a full pipe would stop it
+        drain = threading.Thread(target=process.stderr.read, daemon=True)
+        drain.start()
         deadline = time.monotonic() + 30 + (checkpoint_interval or 0)
         while not caught_up(port):  # the exported lag agrees (after the next checkpoint)
             assert time.monotonic() < deadline, "the lag gauges do not show 0"
@@ -153,7 +158,11 @@ def daemon(
         return end - start, end - assigned
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        if drain is None:
+            process.communicate(timeout=30)
+        else:  # the thread reads its output to the end
+            process.wait(timeout=30)
+            drain.join(timeout=30)
 
 
 def caught_up(port: int) -> bool:
@@ -169,11 +178,18 @@ def caught_up(port: int) -> bool:
     return len(lags) == 4 and all(float(lag) == 0 for lag in lags)
 
 
+def positive(text: str) -> float:
+    seconds = float(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected seconds above 0")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3, help="baseline and ours, alternating")
-    parser.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
+    parser.add_argument("--checkpoint-interval", type=positive, metavar="SECONDS",
                         help="the daemon's [state] checkpoint_interval (default: its own, 5)")
     parser.add_argument("--bare-consumer", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--bare-topics", default=TOPIC, help=argparse.SUPPRESS)
