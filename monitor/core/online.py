@@ -743,14 +743,10 @@ class Sessions:
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last
         index = self.query_sessions
-        if index is not None:  # its queries leave the index (no list of them built)
-            older = session.older
-            if older:
-                for i in range(0, len(older), 4):
-                    if index.get(older[i]) == session_id:
-                        del index[older[i]]
-            if session.query_id is not None and index.get(session.query_id) == session_id:
-                del index[session.query_id]
+        if index is not None:
+            for known in _query_ids(session):
+                if index.get(known) == session_id:
+                    del index[known]
         self._end(session_id, session)
 
     def _end(self, session_id: str, session: Session) -> None:
@@ -1030,10 +1026,11 @@ class Sessions:
 
 
 def _query_ids(session: Session) -> list[str]:
-    """The ids of the queries a session remembers."""
-    older = session.older or []
-    ids = [older[i] for i in range(0, len(older), 4)]
-    return [*ids, session.query_id] if session.query_id is not None else ids
+    """The ids of the queries a session remembers (one list, sliced in C)."""
+    ids = session.older[::4] if session.older else []
+    if session.query_id is not None:
+        ids.append(session.query_id)
+    return ids
 
 
 def _find(older: list[Any] | None, query_id: str | None) -> int:

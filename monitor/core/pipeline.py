@@ -364,12 +364,12 @@ class Pipeline:
             if query:
                 if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)
                     event = cast(QueryEvent, event)
+                # the search (session and text) and what the recent query ids hold for its id
+                seen = hash((event.session_id, event.query_text))
+                known = self._query_ids.get(event.query_id)
                 ubi = event.event_id.startswith(QUERY_EVENT)  # a UBI record: more may come
-                if ubi and (
-                    self._query_ids.get(event.query_id) == hash(
-                        (event.session_id, event.query_text)
-                    )
-                ):  # another record of a UBI search counted already: merged into it
+                if ubi and known == seen:
+                    # another record of a UBI search counted already: merged into it
                     reason = sessions.refuses(accepted)
                     if reason is not None:
                         return self._reject(reason, event)
@@ -405,8 +405,7 @@ class Pipeline:
             if query:
                 if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)
                     event = cast(QueryEvent, event)
-                seen, ids = hash((event.session_id, event.query_text)), self._query_ids
-                known = ids.get(event.query_id)
+                ids = self._query_ids  # unchanged since ``known`` was read above
                 if known is None:
                     order = self._query_id_order
                     if len(order) >= QUERY_IDS_KEPT:
