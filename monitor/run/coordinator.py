@@ -3,8 +3,14 @@ against rebalances, the replica's ledger, the export ``/metrics`` shows, and the
 
 Order of a checkpoint: dead letters delivered; the worker makes the changed partitions' state
 durable (fenced: a rebalance waits for it, and partitions being revoked are not written, as
-their next owner may be restoring them); the ledger takes the new views and is written; the
-export is replaced; then, and only then, the offsets are committed to Kafka.
+their next owner may be restoring them); the offsets are committed to Kafka; then the ledger
+takes the new views and is written, and the export is replaced.
+
+With the directory store the state is written by a forked copy of the state process while the
+batches go on: a checkpoint begins it, and the answer to a later one (asked for as soon as the
+copy has ended) carries what it wrote. Only then are its offsets committed and its views
+exported, for the partitions still owned; a partition given up meanwhile keeps its durable
+state, which is where this replica (the only one with this directory) restores it from.
 """
 
 from __future__ import annotations
@@ -94,12 +100,16 @@ class CheckpointCoordinator:
     def checkpoint(
         self, source: KafkaSource, worker: Worker, fence: RebalanceFence, owned: set[Key],
         generation: int | None = None, letters: DeadLetters | None = None,
+        start: bool = True, wait: bool = True,
     ) -> Checkpointed | None:
         """Make the state durable (under the group ``generation``), commit its offsets, then
-        export it. A commit the group refuses (this replica is no longer a member of that
-        generation) promotes nothing: the ledger and the export stay as they were, and
-        ``refused`` tells the daemon to give its partitions up."""
-        self._last = time.monotonic()
+        export it (``wait`` False: begin the write in the background, and commit and export
+        what the write before it made durable; ``start`` False: only that). A commit the
+        group refuses (this replica is no longer a member of that generation) promotes
+        nothing: the ledger and the export stay as they were, and ``refused`` tells the
+        daemon to give its partitions up."""
+        if start:
+            self._last = time.monotonic()
         if letters is not None and not letters.flush():  # before their offsets move
             self.failures += 1  # the dead-letter topic does not acknowledge the copies
             return None
@@ -111,7 +121,7 @@ class CheckpointCoordinator:
             answer = worker.request(
                 Checkpoint(
                     frozenset(keys), topic_ids(source, {key[0] for key in keys}),
-                    generation if generation is not None else -1,
+                    generation if generation is not None else -1, start, wait,
                 ),
                 Checkpointed,
             )
@@ -119,12 +129,12 @@ class CheckpointCoordinator:
             self.failures += 1  # the worker logged why; its state stays as it was
             return None
         if answer.written:  # else nothing changed since the last checkpoint
-            if not source.commit({
-                key: offset for key, (offset, _) in answer.written.items() if key in owned
-            }):
+            # a write in the background ended: of the partitions it wrote, those still held
+            held = {key: written for key, written in answer.written.items() if key in keys}
+            if not source.commit({key: offset for key, (offset, _) in held.items()}):
                 self.refused = True
                 return None
-            for key, (_, view) in answer.written.items():
+            for key, (_, view) in held.items():
                 self.ledger.update(key, view)
             self.ledger.dead_lettered = self.dead_lettered_before + (
                 letters.acknowledged if letters is not None else 0
@@ -134,8 +144,9 @@ class CheckpointCoordinator:
             self.export(owned)
         if answer.queries is not None:
             self.query_state, self.queries = answer.queries, report_of(answer.queries)
-        self.checkpoint_time = answer.written_at
-        self.last_success = time.monotonic()
+        if answer.written_at is not None:  # else a write began, and none has ended yet
+            self.checkpoint_time = answer.written_at
+            self.last_success = time.monotonic()
         return answer
 
     def failing_for(self) -> float | None:

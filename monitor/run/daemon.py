@@ -275,11 +275,14 @@ class Daemon:
                 self._send(source, worker, batch, waiting)
                 self._measure_lag(source)
                 self._idle(worker)
-                if self.coordinator.due() and self._assigning is None:
-                    self._checkpoint(source, worker)
+                due = self.coordinator.due()
+                if (due or worker.written()) and self._assigning is None:
+                    # a checkpoint begins (written in the background), or one written in the
+                    # background has ended: its offsets are committed and it is exported
+                    self._checkpoint(source, worker, start=due)
             if source is not None:
                 self._abandon_restore(worker)
-                self._checkpoint(source, worker)
+                self._checkpoint(source, worker, wait=True)
         finally:
             if source is not None:
                 source.close()
@@ -639,11 +642,14 @@ class Daemon:
         if answer.letters and self.letters is not None:
             self.letters.send(batch, answer.letters)
 
-    def _checkpoint(self, source: KafkaSource, worker: Worker) -> None:
+    def _checkpoint(
+        self, source: KafkaSource, worker: Worker, start: bool = True, wait: bool = False
+    ) -> None:
         self._settle(source, worker)
         self._check_membership(source, worker, {})
         answer = self.coordinator.checkpoint(
-            source, worker, self.rebalance, self.owned, self.generation, self.letters
+            source, worker, self.rebalance, self.owned, self.generation, self.letters,
+            start=start, wait=wait,
         )
         if self.coordinator.refused:  # the group no longer counts this replica a member
             self.coordinator.refused = False

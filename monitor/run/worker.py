@@ -7,6 +7,12 @@ speak in typed messages (``Request`` one way, ``Answer`` the other), one answer 
 but ``Drop``. This process is the one owner of the offsets: every answer carries the offset
 each owned partition's state reflects, and the consumer process only mirrors them.
 
+A checkpoint of the directory store is written by a forked copy of this process while the
+batches go on (``Checkpoint.wait`` False): the copy holds the state as of the fork, writes it,
+reports the views it exported and exits; its result comes with the answer to a later
+``Checkpoint`` (the copy sets ``Worker.written`` when it is ready to be taken). Meanwhile the
+copy shares the process's memory, copying a page only when one of the two writes to it.
+
 Offline (judged) state belongs to the judgments topic's partition; the live queries and
 judged messages of the other partitions owned here are forwarded to it explicitly (the
 lowest-numbered judgments partition owned, ``offline_key``).
@@ -16,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import multiprocessing
 import multiprocessing.context
 import os
+import pickle
 import signal
 import threading
 import time
@@ -27,7 +35,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from kafka.errors import KafkaError
 
@@ -134,6 +142,13 @@ class Checkpoint:
     generation: int = -1
     """The consumer group generation the partitions are held under (kept in the
     checkpoints: a restore prefers the highest)."""
+    start: bool = True
+    """Write the state of ``keys`` that changed (False: only take the result of a write in
+    the background)."""
+    wait: bool = True
+    """Answer once it is durable. False: a forked copy writes it while batches go on (the
+    directory store; the changelog is written at once either way), and the answer carries
+    the result of the write before, if any."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +202,9 @@ class Processed:
 class Checkpointed:
     written: dict[Key, tuple[int, Export]] = field(default_factory=dict)
     """The partitions whose state changed and was written: their offsets and views."""
-    written_at: float = 0.0
+    written_at: float | None = 0.0
+    """The wall-clock time as of which the state is durable; None: not known yet (a write
+    in the background has begun, none has ended)."""
     offsets: dict[Key, int] = field(default_factory=dict)
     queries: QueryState | None = None
     """The query lists of every partition owned, merged (None: unchanged since the last)."""
@@ -195,6 +212,22 @@ class Checkpointed:
 
 Answer = Ready | Refused | Failed | Assigned | Rewound | Processed | Checkpointed
 A = TypeVar("A", Ready, Assigned, Rewound, Processed, Checkpointed)
+
+
+@dataclass(frozen=True)
+class Writing:
+    """A checkpoint a forked copy of the process is writing: the partitions, the offsets
+    and the time their state is as of, and the read end of the pipe of the copy's result."""
+
+    pid: int
+    reader: int
+    offsets: dict[Key, int]
+    written_at: float
+
+
+Written = tuple[dict[Key, tuple[int, Export]], float, QueryState | None]
+"""A checkpoint written: the partitions' offsets and views, its time, the merged query lists
+if they were due (``PartitionStates.queries``)."""
 
 
 class PartitionStates:
@@ -219,9 +252,17 @@ class PartitionStates:
         self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
         """Checkpoints decoded and checked at start (one replica), until assigned."""
         self.rejections = RejectionLog(config.input.rejection_log_limit)
-        self.position: memoryview | list[int] = [0, 0]
+        self.position: memoryview | list[int] = [0, 0, 0]
         """The part of the batch and the offset of the record in hand (shared with the
-        consumer process, which reports a stall: ``Worker.position``)."""
+        consumer process, which reports a stall: ``Worker.position``), and 1 once a write
+        in the background has ended (``Worker.written``)."""
+        self.writing: Writing | None = None
+        """The checkpoint being written in the background."""
+        self.ended: list[Written] = []
+        """Writes in the background taken before a ``Checkpoint`` asked for them (a partition
+        came or went meanwhile): answered with the next."""
+        self.failure: str | None = None
+        """Why the last write in the background failed (its partitions are written again)."""
         self.store: Store
         if config.state.store == "kafka":
             self.store = KafkaStore(config)
@@ -242,14 +283,28 @@ class PartitionStates:
             case Process(parts, caught_up, horizon):
                 return Processed(self.process(parts, caught_up, horizon), dict(self.offsets))
             case Assign(keys, generation):
+                self.end_writing()  # the store holds the newest state before any is read
                 return Assigned(self.assign(set(keys), generation), dict(self.offsets))
             case Rewind(keys):
+                self.end_writing()
                 self.rewind(set(keys))
                 return Rewound(dict(self.offsets))
-            case Checkpoint(keys, topic_ids, generation):
-                written, written_at = self.checkpoint(set(keys), topic_ids, generation)
-                return Checkpointed(written, written_at, dict(self.offsets), self.queries())
+            case Checkpoint(keys, topic_ids, generation, start, wait):
+                if wait or not self.forks:
+                    try:
+                        ended = self.taken()
+                    except OSError:  # its partitions are dirty again: written now
+                        ended, self.ended = self.ended, []
+                    if start:
+                        written, written_at = self.checkpoint(set(keys), topic_ids, generation)
+                        ended.append((written, written_at, self.queries()))
+                    return self.answer(ended)
+                ended = self.taken()
+                merged = self.write_in_background(set(keys), topic_ids, generation) if start \
+                    else None
+                return self.answer(ended, merged)
             case Drop(keys):
+                self.end_writing()
                 self.drop(set(keys))
                 return None
             case Idle(keys, now):
@@ -280,17 +335,24 @@ class PartitionStates:
         return answers
 
     def queries(self) -> QueryState | None:
-        """The merged query lists, when a partition came or went, or changed since they were
-        last merged: at most every ``REPORT_EVERY`` seconds while records keep coming, at
-        the next checkpoint once they stop. None: nothing new."""
+        """The merged query lists, when they are due (``queries_due``). None: nothing new."""
+        return self._merged() if self.queries_due() else None
+
+    def queries_due(self) -> bool:
+        """Whether the query lists are merged now: when a partition came or went, or changed
+        since they were last merged: at most every ``REPORT_EVERY`` seconds while records
+        keep coming, at the next checkpoint once they stop."""
         busy, self.busy = self.busy, False
         owned = frozenset(self.units)
         now = time.monotonic()
         if owned == self.shown_units and (
             not self.shown_dirty or (busy and now - self.shown_at < REPORT_EVERY)
         ):
-            return None
+            return False
         self.shown_dirty, self.shown_units, self.shown_at = False, owned, now
+        return True
+
+    def _merged(self) -> QueryState:
         owner = self.units.get(self.offline) if self.offline is not None else None
         return query_state([self.units[k] for k in sorted(self.units)], owner, self.config)
 
@@ -387,6 +449,131 @@ class PartitionStates:
         self.dirty -= changed
         return {key: (self.offsets[key], export(self.units[key])) for key in changed}, written_at
 
+    # --- checkpoints written in the background ----------------------------------------------
+
+    @property
+    def forks(self) -> bool:
+        """Whether checkpoints can be written by a forked copy: of the directory store (the
+        changelog's producer runs a thread of its own, which a fork does not copy)."""
+        return isinstance(self.store, DirStore) and hasattr(os, "fork")
+
+    def write_in_background(
+        self, keys: set[Key], topic_ids: dict[str, str] | None = None, generation: int = -1
+    ) -> QueryState | None:
+        """Have a forked copy of the process write the state of ``keys`` that changed, as
+        it is now; the batches go on meanwhile (``end_writing`` takes the result). With
+        nothing to write, the query lists are merged here when due (and returned)."""
+        assert self.writing is None, "a checkpoint is being written"
+        changed = keys & self.dirty
+        due = self.queries_due()
+        if not changed:
+            return self._merged() if due else None
+        written_at = time.time()
+        self.position[2] = 0
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(reader)
+            self._write_copy(writer, sorted(changed), written_at, topic_ids or {}, generation,
+                             due)
+        os.close(writer)
+        self.writing = Writing(pid, reader, {key: self.offsets[key] for key in changed},
+                               written_at)
+        self.dirty -= changed
+        return None
+
+    def _write_copy(
+        self, writer: int, keys: list[Key], written_at: float, topic_ids: dict[str, str],
+        generation: int, merge: bool,
+    ) -> NoReturn:
+        """The forked copy: write the state of ``keys`` and the result down the pipe (the
+        views exported, the merged query lists when ``merge``), then exit."""
+        status = 1
+        try:
+            gc.disable()  # it ends in a moment; a collection would copy every page it visits
+            die_with_parent(os.getppid())
+            self.store.save({
+                key: codec.encode("unit", UnitState(
+                    key[0], key[1], self.offsets[key], written_at, self.replica,
+                    self.fingerprint, self.units[key].snapshot(), topic_ids.get(key[0]),
+                    generation,
+                ))
+                for key in keys
+            }, generation)
+            views = {key: export(self.units[key]) for key in keys}
+            result = pickle.dumps((views, self._merged() if merge else None, None),
+                                  pickle.HIGHEST_PROTOCOL)
+            status = 0
+        except BaseException as error:  # the copy reports whatever stops it
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            result = pickle.dumps((None, None, f"{type(error).__name__}: {reason}"))
+        try:
+            self.position[2] = 1  # the consumer process asks for the result now
+            view = memoryview(result)
+            while view:
+                view = view[os.write(writer, view):]
+        finally:
+            os._exit(status)
+
+    def end_writing(self) -> None:
+        """Wait for the write in the background, if any; keep its result for the next
+        ``Checkpoint`` answer (a failure: its partitions are dirty again)."""
+        writing, self.writing = self.writing, None
+        if writing is None:
+            return
+        chunks = []
+        while chunk := os.read(writing.reader, 1 << 20):
+            chunks.append(chunk)
+        os.close(writing.reader)
+        _, status = os.waitpid(writing.pid, 0)
+        self.position[2] = 0
+        try:
+            views, merged, failure = pickle.loads(b"".join(chunks))
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
+            views, merged, failure = None, None, (
+                f"the process writing it ended ({_exit_status(status)}) before it had written"
+            )
+        if views is None:
+            self.dirty |= writing.offsets.keys() & self.units.keys()
+            self.failure = f"checkpoint not written: {failure}"
+            return
+        self.ended.append((
+            {key: (offset, views[key]) for key, offset in writing.offsets.items()},
+            writing.written_at, merged,
+        ))
+
+    def taken(self) -> list[Written]:
+        """The writes in the background that ended, in order (the one in progress is waited
+        for); raises OSError when the last failed (what ended before it stays for the next)."""
+        self.end_writing()
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise OSError(failure)
+        ended, self.ended = self.ended, []
+        return ended
+
+    def answer(self, ended: list[Written], merged: QueryState | None = None) -> Checkpointed:
+        """The answer to a ``Checkpoint``: what ``ended`` wrote (the newest view of each
+        partition), durable as of the newest; as of now when nothing changed and nothing is
+        being written. The query lists: ``merged``, else the newest ``ended`` merged."""
+        written: dict[Key, tuple[int, Export]] = {}
+        written_at: float | None = None
+        queries = merged
+        for part, at, lists in ended:
+            written.update(part)
+            written_at = at
+            if lists is not None and merged is None:
+                queries = lists
+        if written_at is None and self.writing is None:
+            written_at = time.time()
+        return Checkpointed(written, written_at, dict(self.offsets), queries)
+
+
+def _exit_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
 
 def offline_key(keys: Iterable[Key], config: Config) -> Key | None:
     """The judgments partition holding the offline state: the lowest-numbered one owned."""
@@ -471,7 +658,8 @@ PR_SET_PDEATHSIG = 1
 
 
 def shared_position(array: Any) -> memoryview:
-    """Two 64-bit integers both processes see: written per record, read on a stall."""
+    """Three 64-bit integers both processes see: the part and offset in hand (written per
+    record, read on a stall) and whether a write in the background ended."""
     return memoryview(array).cast("B").cast("q")
 
 
@@ -486,9 +674,10 @@ class Worker:
             else multiprocessing.get_context("spawn")
         )
         self.connection, theirs = context.Pipe()
-        shared = context.RawArray("q", 2)
+        shared = context.RawArray("q", 3)
         self.position = shared_position(shared)
-        """The part of the batch in flight and the offset of the record in hand."""
+        """The part of the batch in flight and the offset of the record in hand (and
+        ``written``)."""
         self.process = context.Process(
             target=serve, name="searchmon-state",
             # the Config itself: inherited by fork, pickled over a pipe by spawn; a JSON dump
@@ -507,6 +696,11 @@ class Worker:
 
     def answered(self) -> bool:
         return bool(self.connection.poll(0))
+
+    def written(self) -> bool:
+        """Whether a checkpoint written in the background has ended: a ``Checkpoint`` with
+        ``start`` False takes its result."""
+        return bool(self.position[2])
 
     def answered_within(self, seconds: float) -> bool:
         return bool(self.connection.poll(seconds))

@@ -182,11 +182,14 @@ class Store(Protocol):
 
 
 class DirStore:
-    """One file per partition's checkpoint: the store of a single replica."""
+    """One file per partition's checkpoint: the store of a single replica. A file is read
+    when its partition is restored (its bytes are not kept: a forked copy of the process
+    may have written it since)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory / DIRECTORY
-        self.units: dict[Key, bytes] = {}
+        self.units: set[Key] = set()
+        """The partitions with a checkpoint."""
         old = directory / FORMAT_2_FILE
         data = read_file(old)
         if data is not None:
@@ -205,20 +208,23 @@ class DirStore:
             for path in sorted(self.directory.glob(f"*{SUFFIX}")):
                 topic, _, number = path.name[: -len(SUFFIX)].rpartition("-")
                 if topic and number.isdigit():
-                    data = read_file(path)
-                    if data is not None:
-                        self.units[(topic, int(number))] = data
+                    self.units.add((topic, int(number)))
 
     def path(self, key: Key) -> Path:
         return self.directory / f"{key[0]}-{key[1]}{SUFFIX}"
 
     def load(self, keys: set[Key], generation: int = -1) -> dict[Key, bytes]:
-        return {key: self.units[key] for key in keys if key in self.units}
+        found = {}
+        for key in sorted(keys):  # a forked copy's first checkpoint of a partition included
+            data = read_file(self.path(key))
+            if data is not None:
+                found[key] = data
+        return found
 
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
         for key, data in units.items():
             write_file(self.path(key), data, sync_directory=False)
-            self.units[key] = data  # partitions owned earlier keep their last checkpoint
+            self.units.add(key)  # partitions owned earlier keep their last checkpoint
         if units:
             _sync_directory(self.directory)
 
@@ -227,7 +233,7 @@ class DirStore:
             aside = discard_file(self.path(key))
             if aside is not None:
                 log.warning("moved the checkpoint of %s/%d aside as %s", *key, aside)
-            self.units.pop(key, None)
+            self.units.discard(key)
 
     def close(self) -> None:
         pass

@@ -259,8 +259,9 @@ def test_kill_9_after_each_part_of_the_stream(tmp_path: Path, broker: Broker) ->
 
 def test_kill_9_in_the_middle_of_checkpoint_writes(tmp_path: Path, broker: Broker) -> None:
     """A partition's checkpoint write that never ends: its temporary file is a named pipe,
-    so the worker blocks in the middle of the checkpoint (partitions sorted before it are
-    written, it and those after are not) until the daemon is killed with -9. Twice, on two
+    so the copy of the state process writing it blocks in the middle of the checkpoint
+    (partitions sorted before it are written, it and those after are not) until the state
+    process is killed with -9 (the copy dies with it), then the daemon. Twice, on two
     partitions; then the rest of the stream. The torn checkpoints' previous versions are used,
     and nothing is lost or counted twice."""
     topic = "torn-events"
@@ -282,16 +283,36 @@ def test_kill_9_in_the_middle_of_checkpoint_writes(tmp_path: Path, broker: Broke
             produced += broker.produce(topic, parts[number + 1][: len(parts[number + 1]) // 2])
             (worker,) = children(daemon.pid)
             deadline = time.monotonic() + 60
-            while Path(f"/proc/{worker}/wchan").read_text() != "wait_for_partner":
+            while not (blocked := [
+                pid for pid in children(worker) if waits_for_partner(pid)
+            ]):
                 assert time.monotonic() < deadline, "the checkpoint of the partition blocks"
                 time.sleep(0.01)
             os.kill(worker, signal.SIGKILL)
+            wait_for(lambda: not any(map(running, blocked)),
+                     "the copy writing the checkpoint ends with the state process")
         finally:
             kill_9(daemon)
         torn.unlink()
         torn.write_bytes((checkpoints / f"{topic}-{partition}.ckpt").read_bytes()[:1000])
     broker.produce(topic, parts[1][len(parts[1]) // 2:] + parts[2])
     finish_and_compare(tmp_path, broker, group, topic, kafka, seen)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def waits_for_partner(pid: int) -> bool:
+    """Whether ``pid`` is blocked opening a named pipe no one opens at the other end."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() == "wait_for_partner"
+    except OSError:
+        return False
 
 
 @pytest.mark.serial  # a restore and catch-up within 30 s

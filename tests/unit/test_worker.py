@@ -13,7 +13,7 @@ import pytest
 from monitor.config import Config
 from monitor.core.export import Export, export
 from monitor.inputs.generate import Traffic, World, events
-from monitor.run.worker import Assign, Checkpoint, Part, PartitionStates, Process
+from monitor.run.worker import Assign, Checkpoint, Checkpointed, Part, PartitionStates, Process
 from monitor.state.checkpoint import DIRECTORY
 from monitor.state.codec import PREFIX
 from tests.support.checkpoints import sans_curves
@@ -122,3 +122,65 @@ def test_a_restart_exports_the_live_join_of_a_run_without_one(
     assert not whole.units[HOLDER].judged.pending, (
         "what is exported between batches holds every query joined"
     )
+
+
+def test_a_restart_from_a_checkpoint_written_in_the_background_counts_every_record_once(
+    tmp_path: Path,
+) -> None:
+    """A forked copy writes the state as of the checkpoint's start while the batches go on;
+    its answer comes later, with the offsets and views of that start. A state process
+    killed after it (its later batches lost) restores that state and reads every record
+    after those offsets again: what it exports is what a run without a restart exports."""
+    batches = polls(partitioned(0.0))
+    keys = frozenset(PARTITIONS)
+    whole = run(tmp_path / "whole", batches, set())
+    config = Config.model_validate({"state": {"dir": str(tmp_path / "again")}})
+    first = PartitionStates(config, "replica-1")
+    assert first.forks
+    first.handle(Assign(keys))
+    for batch in batches[:9]:
+        first.handle(Process(batch, True))
+    began = first.handle(Checkpoint(keys, wait=False))
+    assert isinstance(began, Checkpointed)
+    assert began.written == {} and began.written_at is None, "nothing ended yet"
+    at_start, offsets = views(first), dict(first.offsets)
+    for batch in batches[9:14]:  # the copy writes meanwhile; these are lost with the process
+        first.handle(Process(batch, True))
+    assert views(first) != at_start
+    ended = first.handle(Checkpoint(keys, start=False, wait=False))
+    assert isinstance(ended, Checkpointed) and ended.written_at is not None
+    assert ended.written == {key: (offsets[key], at_start[key]) for key in PARTITIONS}
+    assert first.writing is None and not first.ended
+    again = PartitionStates(config, "replica-1")
+    again.handle(Assign(keys))
+    assert again.offsets == offsets and views(again) == at_start
+    for batch in batches[9:]:  # read again from the checkpoint's offsets
+        again.handle(Process(batch, True))
+    assert views(again) == views(whole)
+
+
+def test_a_write_in_the_background_that_fails_is_reported_and_written_again(
+    tmp_path: Path,
+) -> None:
+    """A copy that cannot write (here its directory is a file) reports why; the answer that
+    takes it fails, its partitions are dirty again, and the next checkpoint writes them."""
+    batches = polls(partitioned(0.0))[:6]
+    keys = frozenset(PARTITIONS)
+    config = Config.model_validate({"state": {"dir": str(tmp_path)}})
+    states = PartitionStates(config, "replica-1")
+    states.handle(Assign(keys))
+    for batch in batches:
+        states.handle(Process(batch, True))
+    (tmp_path / DIRECTORY).write_text("not a directory")
+    states.handle(Checkpoint(keys, wait=False))
+    assert not states.dirty
+    with pytest.raises(OSError, match="checkpoint not written: FileExistsError"):
+        states.handle(Checkpoint(keys, start=False, wait=False))
+    assert states.dirty == set(keys)
+    (tmp_path / DIRECTORY).unlink()
+    answer = states.handle(Checkpoint(keys))  # at once
+    assert isinstance(answer, Checkpointed)
+    assert set(answer.written) == set(keys) and not states.dirty
+    restored = PartitionStates(config, "replica-1")
+    restored.handle(Assign(keys))
+    assert views(restored) == views(states)
