@@ -13,6 +13,9 @@ Every source partition has its own pipeline (a unit of state that moves with the
 Crash safety: every ``checkpoint_interval`` and at shutdown the daemon makes the state of its
 partitions that changed durable with the offsets it reflects, then commits those offsets to
 Kafka (a partition being revoked is not written again: its next owner may be restoring it).
+With the directory store a forked copy of the state process writes it while records go on
+(the commit and the export follow once the copy has ended); the last one, at shutdown, is
+written before the process exits.
 A partition it acquires is restored from its newest checkpoint and read from the
 checkpoint's offset; records below it (delivered again after a crash between checkpoint and
 commit) are skipped: they are in the state already. ``/metrics`` shows the

@@ -42,6 +42,8 @@ class LedgerState:
     history: HistoryState | None = None
     """The recent past of the exported online counters (the status page's last hour). None in
     a ledger written before it was kept: ``Ledger.restore`` starts it empty."""
+    released: list[PartitionExport] = field(default_factory=list)
+    """The last view of each partition given up (what ``retired`` holds of it)."""
 
 
 @dataclass
@@ -52,7 +54,10 @@ class Ledger:
     (``views - bases``); what partitions it no longer owns contributed stays in ``retired``.
     Another replica that acquires a partition starts from the checkpoint the previous owner
     exported last, so the sums over replicas count every event once. A partition restored from
-    a checkpoint this ledger's replica wrote itself keeps its base: a restart continues.
+    a checkpoint this ledger's replica wrote itself keeps its base: a restart continues. One
+    it gave up and restores from its own checkpoint counts from the view it gave up at (what
+    ``retired`` holds of it): the checkpoint may be newer than the last view this ledger
+    took (written in the background, or just before a crash), and what it adds is counted.
     """
 
     replica: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -66,12 +71,17 @@ class Ledger:
     """The query classes exported as label values (``exported``'s ``limit``)."""
     history: History = field(default_factory=History)
     """Samples of what this replica exported, by event time (``monitor.core.history``)."""
+    released: dict[Key, Export] = field(default_factory=dict)
+    """The view each partition given up was given up at (until it is acquired again)."""
 
     def acquire(self, key: Key, view: Export, writer: str | None) -> None:
         if key in self.bases and writer != self.replica:
             self.release(key)  # another replica counted it meanwhile: ours stays as it was
+        given_up = self.released.pop(key, None)
         if key not in self.bases:
-            self.bases[key] = view
+            # given up and restored from its own checkpoint: it counts from where it left
+            ours = writer == self.replica
+            self.bases[key] = given_up if given_up is not None and ours else view
         self.views[key] = view
 
     def update(self, key: Key, view: Export) -> None:
@@ -81,6 +91,7 @@ class Ledger:
         view, base = self.views.pop(key, None), self.bases.pop(key, None)
         if view is not None and base is not None:
             self.retired = combine([(self.retired, 1), (view, 1), (base, -1)])
+            self.released[key] = view
 
     def exported(
         self, owned: Iterable[Key], offline: Key | None, limit: int | None = None
@@ -116,6 +127,7 @@ class Ledger:
             [PartitionExport(*key, export) for key, export in sorted(self.bases.items())],
             [PartitionExport(*key, export) for key, export in sorted(self.views.items())],
             self.dead_lettered, list(self.classes), self.history.snapshot(),
+            [PartitionExport(*key, export) for key, export in sorted(self.released.items())],
         )
 
     @staticmethod
@@ -123,11 +135,13 @@ class Ledger:
         bases = {(p.topic, p.partition): p.export for p in state.bases}
         views = {(p.topic, p.partition): p.export for p in state.views}
         require(bases.keys() == views.keys(), "ledger: partitions without a base or a view")
-        for figures in (state.retired, *bases.values(), *views.values()):
+        released = {(p.topic, p.partition): p.export for p in state.released}
+        for figures in (state.retired, *bases.values(), *views.values(), *released.values()):
             check(figures)
         require(state.dead_lettered >= 0, "ledger: a negative dead-letter count")
         return Ledger(
             state.replica, padded(state.retired), {k: padded(v) for k, v in bases.items()},
             {k: padded(v) for k, v in views.items()}, state.dead_lettered, list(state.classes),
             History.restore(state.history) if state.history is not None else History(),
+            {k: padded(v) for k, v in released.items()},
         )

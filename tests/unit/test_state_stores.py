@@ -76,6 +76,29 @@ def test_a_replica_restarting_on_its_own_checkpoint_continues_its_counters() -> 
     assert accepted(moved, {key}) == 7, "what the other replica counted is its to export"
 
 
+def test_a_partition_given_up_and_restored_from_a_newer_checkpoint_of_its_own_counts_it() -> (
+    None
+):
+    """A replica gives a partition up at 7 events (another member held it a while and wrote
+    nothing), restarts, and restores it from its own checkpoint of 12, written after the last
+    view its ledger took (in the background, or just before a crash): the 5 it adds count."""
+    ledger = Ledger()
+    key = ("events", 0)
+    ledger.acquire(key, counters_of(pipeline_with(0)), None)
+    ledger.update(key, counters_of(pipeline_with(7)))
+    ledger.release(key)
+    restarted = encoded_round_trip(ledger)
+    assert accepted(restarted, set()) == 7
+    restarted.acquire(key, counters_of(pipeline_with(12)), ledger.replica)
+    assert accepted(restarted, {key}) == 12
+    restarted.update(key, counters_of(pipeline_with(15)))
+    assert accepted(restarted, {key}) == 15
+    # restored from another replica's checkpoint instead: what it counted is its own
+    moved = encoded_round_trip(ledger)
+    moved.acquire(key, counters_of(pipeline_with(20)), "another replica")
+    assert accepted(moved, {key}) == 7
+
+
 def encoded_round_trip(ledger: Ledger) -> Ledger:
     """The ledger written and read back as the daemon does at a restart."""
     data = codec.encode("ledger", ledger.snapshot())
