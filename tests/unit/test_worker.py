@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import zlib
 from pathlib import Path
 
@@ -13,10 +14,19 @@ import pytest
 from monitor.config import Config
 from monitor.core.export import Export, export
 from monitor.inputs.generate import Traffic, World, events
-from monitor.run.worker import Assign, Checkpoint, Checkpointed, Part, PartitionStates, Process
+from monitor.run.worker import (
+    Assign,
+    Checkpoint,
+    Checkpointed,
+    Part,
+    PartitionStates,
+    Process,
+    shared_position,
+)
 from monitor.state.checkpoint import DIRECTORY
 from monitor.state.codec import PREFIX
 from tests.support.checkpoints import sans_curves
+from tests.support.wait import wait_for
 
 EVENTS, JUDGMENTS = "search-events", "search-judgments"
 HOLDER = (JUDGMENTS, 0)
@@ -137,6 +147,7 @@ def test_a_restart_from_a_checkpoint_written_in_the_background_counts_every_reco
     config = Config.model_validate({"state": {"dir": str(tmp_path / "again")}})
     first = PartitionStates(config, "replica-1")
     assert first.forks
+    first.position = shared_position(multiprocessing.RawArray("q", 3))  # as in the daemon
     first.handle(Assign(keys))
     for batch in batches[:9]:
         first.handle(Process(batch, True))
@@ -147,10 +158,11 @@ def test_a_restart_from_a_checkpoint_written_in_the_background_counts_every_reco
     for batch in batches[9:14]:  # the copy writes meanwhile; these are lost with the process
         first.handle(Process(batch, True))
     assert views(first) != at_start
+    wait_for(lambda: first.position[2] == 1, "the copy says it has written the checkpoint")
     ended = first.handle(Checkpoint(keys, start=False, wait=False))
     assert isinstance(ended, Checkpointed) and ended.written_at is not None
     assert ended.written == {key: (offsets[key], at_start[key]) for key in PARTITIONS}
-    assert first.writing is None and not first.ended
+    assert first.writing is None and not first.ended and first.position[2] == 0
     again = PartitionStates(config, "replica-1")
     again.handle(Assign(keys))
     assert again.offsets == offsets and views(again) == at_start
