@@ -51,10 +51,15 @@ TOPIC = "search-events"
 JUDGMENTS = "search-judgments"
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
+def cpu_seconds(pid: int, waited: bool = False) -> float:
+    """User + system CPU time of a process so far (Linux /proc); ``waited``: with that of
+    its children that ended and were waited for (the state process's copies that write
+    checkpoints)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if waited:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> list[int]:
@@ -142,7 +147,9 @@ def daemon(
             if "caught up: every partition read to its end" in line:
                 end = time.monotonic()
                 cpu["daemon: consumer process"] = cpu_seconds(process.pid)
-                cpu["daemon: state process"] = sum(map(cpu_seconds, children(process.pid)))
+                cpu["daemon: state process"] = sum(  # and its copies writing checkpoints
+                    cpu_seconds(pid, waited=True) for pid in children(process.pid)
+                )
                 cpu["broker (daemon)"] = cpu_seconds(broker.process.pid) - broker_cpu
                 break
         else:

@@ -10,6 +10,11 @@
 4. A week of judged windows: the offline state's encoded size after 1, 7 and 14 days of
    live scores (5 measures, 6 classes, windows 1h/24h/7d): once the 7-day window is full
    the size stays the same.
+5. The same 100,000 open sessions checkpointed by the daemon's state process with the
+   directory store: how long it stops when a forked copy writes the checkpoint (the
+   default) against writing it itself (the baseline), when the copy's checkpoint is
+   durable, and the copy's own memory at most (the pages it copied from the process, or
+   allocated), against the process's resident memory.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -31,6 +37,7 @@ from monitor.config import Config
 from monitor.core.judged import SOURCES, Judged, JudgedState
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.generate import Traffic, World, events, rfc3339
+from monitor.run.worker import Assign, Checkpoint, PartitionStates, Process, shared_position
 from monitor.state import codec
 from monitor.state.checkpoint import restore_unit
 from monitor.state.codec import UnitState
@@ -60,20 +67,24 @@ def replay(path: Path) -> tuple[float, int]:
     return time.perf_counter() - start, usage.ru_maxrss
 
 
-def open_sessions(count: int) -> Pipeline:
-    pipeline = Pipeline(Config())
-    for i in range(count):
-        pipeline.feed(json.dumps({
-            "type": "query", "event_id": f"e{i:09d}", "timestamp": rfc3339(1.79e9 + i / 100),
-            "session_id": f"s{i:09d}", "query_id": f"q{i:09d}", "query_text": "cheap flights",
-            "result_ids": [f"d{j}" for j in range(10)], "query_class": "travel",
-        }).encode())
-    # one more event moves the watermark past every query (not past any session's end):
-    # every session is open, none waits
-    pipeline.feed(json.dumps({
+def session_lines(count: int) -> list[bytes]:
+    """``count`` sessions of one query each, and one more event that moves the watermark
+    past every query (not past any session's end): every session is open, none waits."""
+    lines = [json.dumps({
+        "type": "query", "event_id": f"e{i:09d}", "timestamp": rfc3339(1.79e9 + i / 100),
+        "session_id": f"s{i:09d}", "query_id": f"q{i:09d}", "query_text": "cheap flights",
+        "result_ids": [f"d{j}" for j in range(10)], "query_class": "travel",
+    }).encode() for i in range(count)]
+    return [*lines, json.dumps({
         "type": "query", "event_id": "last", "timestamp": rfc3339(1.79e9 + count / 100 + 121),
         "session_id": "last", "query_id": "last", "query_text": "x", "result_ids": [],
-    }).encode())
+    }).encode()]
+
+
+def open_sessions(count: int) -> Pipeline:
+    pipeline = Pipeline(Config())
+    for line in session_lines(count):
+        pipeline.feed(line)
     return pipeline
 
 
@@ -110,6 +121,58 @@ def checkpoint_figures(count: int, repeat: int) -> None:
     print(f"  decode (codec + restore):    {decode_s * per * 1000:10.0f} ms   "
           f"baseline json.loads {base_decode_s * per * 1000:.0f} ms "
           f"(ratio {decode_s / base_decode_s:.2f})")
+
+
+def memory_kib(pid: int, field: str) -> int:
+    """A field of ``/proc/PID/smaps_rollup`` (KiB); 0 once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def background_figures(count: int, repeat: int) -> None:
+    lines = session_lines(count)
+    key = ("events", 0)
+    stopped = {True: float("inf"), False: float("inf")}
+    durable, copied = float("inf"), 0
+    with tempfile.TemporaryDirectory() as tmp:
+        states = PartitionStates(Config.model_validate({"state": {"dir": tmp}}), "bench")
+        states.position = shared_position(multiprocessing.RawArray("q", 3))  # as the daemon
+        states.handle(Assign(frozenset([key])))
+        states.handle(Process([(key, list(range(len(lines))), list[bytes | None](lines))], True))
+        assert states.units[key].sessions.open_count == count + 1
+        for round_ in range(repeat):
+            for wait in (True, False):
+                extra = json.dumps({  # a new event: the partition has changed since
+                    "type": "click", "event_id": f"c{round_}-{wait}", "session_id": "last",
+                    "query_id": "last", "doc_id": "x", "position": 1,
+                    "timestamp": rfc3339(1.79e9 + count / 100 + 121),
+                }).encode()
+                states.handle(Process([(key, [len(lines) + 2 * round_ + wait], [extra])], True))
+                start = time.perf_counter()
+                states.handle(Checkpoint(frozenset([key]), wait=wait))
+                stopped[wait] = min(stopped[wait], time.perf_counter() - start)
+                if states.writing is not None:
+                    pid, peak = states.writing.pid, 0
+                    while not states.position[2]:
+                        peak = max(peak, memory_kib(pid, "Private_Dirty"))
+                        time.sleep(0.002)
+                    durable = min(durable, time.perf_counter() - start)
+                    copied = max(copied, peak)
+                    states.handle(Checkpoint(frozenset([key]), start=False, wait=False))
+        resident = memory_kib(os.getpid(), "Rss")
+    print(f"checkpoint of {count:,} open sessions by the state process (directory store), "
+          f"best of {repeat}:")
+    print(f"  stops while a copy writes it:  {stopped[False] * 1000:8.0f} ms   writing it "
+          f"itself {stopped[True] * 1000:.0f} ms (ratio {stopped[False] / stopped[True]:.2f})")
+    print(f"  the copy's checkpoint durable: {durable * 1000:8.0f} ms after it began")
+    print(f"  the copy's own memory, peak:   {copied / 1024:8.0f} MiB   the process's "
+          f"resident memory {resident / 1024:.0f} MiB")
 
 
 def judged_week() -> None:
@@ -162,6 +225,7 @@ def main() -> None:
         print(f"  ratio with / without:        {with_s / without_s:10.2f}  (target <= 1.5)")
     checkpoint_figures(args.sessions, args.repeat)
     judged_week()
+    background_figures(args.sessions, args.repeat)
 
 
 if __name__ == "__main__":
