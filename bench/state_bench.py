@@ -145,7 +145,7 @@ def background_figures(count: int, repeat: int) -> None:
         states.position = shared_position(multiprocessing.RawArray("q", 3))  # as the daemon
         states.handle(Assign(frozenset([key])))
         states.handle(Process([(key, list(range(len(lines))), list[bytes | None](lines))], True))
-        assert states.units[key].sessions.open_count == count + 1
+        assert states.units[key].sessions.open_count == count
         for round_ in range(repeat):
             for wait in (True, False):
                 extra = json.dumps({  # a new event: the partition has changed since
@@ -153,7 +153,9 @@ def background_figures(count: int, repeat: int) -> None:
                     "query_id": "last", "doc_id": "x", "position": 1,
                     "timestamp": rfc3339(1.79e9 + count / 100 + 121),
                 }).encode()
-                states.handle(Process([(key, [len(lines) + 2 * round_ + wait], [extra])], True))
+                offset = states.offsets[key]  # the next record of the partition
+                states.handle(Process([(key, [offset], [extra])], True))
+                assert states.dirty, "the partition changed"
                 start = time.perf_counter()
                 states.handle(Checkpoint(frozenset([key]), wait=wait))
                 stopped[wait] = min(stopped[wait], time.perf_counter() - start)

@@ -438,16 +438,21 @@ class PartitionStates:
         exported views (nothing is written when nothing changed)."""
         written_at = time.time()
         changed = keys & self.dirty
-        ids = topic_ids or {}
+        self._save(sorted(changed), written_at, topic_ids or {}, generation)
+        self.dirty -= changed
+        return {key: (self.offsets[key], export(self.units[key])) for key in changed}, written_at
+
+    def _save(
+        self, keys: list[Key], written_at: float, topic_ids: dict[str, str], generation: int
+    ) -> None:
+        """Write the state of ``keys`` as it is now to the store."""
         self.store.save({
             key: codec.encode("unit", UnitState(
                 key[0], key[1], self.offsets[key], written_at, self.replica, self.fingerprint,
-                self.units[key].snapshot(), ids.get(key[0]), generation,
+                self.units[key].snapshot(), topic_ids.get(key[0]), generation,
             ))
-            for key in sorted(changed)
+            for key in keys
         }, generation)
-        self.dirty -= changed
-        return {key: (self.offsets[key], export(self.units[key])) for key in changed}, written_at
 
     # --- checkpoints written in the background ----------------------------------------------
 
@@ -492,14 +497,7 @@ class PartitionStates:
         try:
             gc.disable()  # it ends in a moment; a collection would copy every page it visits
             die_with_parent(os.getppid())
-            self.store.save({
-                key: codec.encode("unit", UnitState(
-                    key[0], key[1], self.offsets[key], written_at, self.replica,
-                    self.fingerprint, self.units[key].snapshot(), topic_ids.get(key[0]),
-                    generation,
-                ))
-                for key in keys
-            }, generation)
+            self._save(keys, written_at, topic_ids, generation)
             views = {key: export(self.units[key]) for key in keys}
             result = pickle.dumps((views, self._merged() if merge else None, None),
                                   pickle.HIGHEST_PROTOCOL)
