@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.bin"
 
+COLLECT_RETRY = 1.0
+"""Seconds before a checkpoint written in the background is asked for again after a
+failure (the dead-letter topic or the state process)."""
+
 
 class CheckpointCoordinator:
     def __init__(self, config: Config, discard: bool) -> None:
@@ -61,6 +65,12 @@ class CheckpointCoordinator:
         self._last = time.monotonic()
         self.refused = False
         """The group refused the last checkpoint's commit (see ``checkpoint``)."""
+        self.deferred: dict[Key, tuple[int, Export]] = {}
+        """What a checkpoint wrote of partitions revoked while it was written, still owned
+        (committed and exported when the group hands them back, dropped when released)."""
+        self._collect_after = 0.0
+        """After a failure, a checkpoint written in the background is asked for again from
+        then on (not at every turn of the loop)."""
         self.dead_lettered_before = self.ledger.dead_lettered
         """Dead letters acknowledged in earlier runs (``searchmon_dead_lettered_total``
         continues from them)."""
@@ -85,6 +95,10 @@ class CheckpointCoordinator:
     def due(self) -> bool:
         return time.monotonic() - self._last >= self.config.state.checkpoint_interval
 
+    def may_collect(self) -> bool:
+        """Whether a checkpoint written in the background may be asked for now."""
+        return time.monotonic() >= self._collect_after
+
     def acquired(self, views: dict[Key, tuple[Export, str | None]], owned: set[Key]) -> None:
         for key, (view, writer) in views.items():
             self.ledger.acquire(key, view, writer)
@@ -94,6 +108,7 @@ class CheckpointCoordinator:
     def released(self, keys: Iterable[Key], owned: set[Key]) -> None:
         for key in keys:
             self.ledger.release(key)
+            self.deferred.pop(key, None)
         self._save()
         self.export(owned)
 
@@ -112,6 +127,7 @@ class CheckpointCoordinator:
             self._last = time.monotonic()
         if letters is not None and not letters.flush():  # before their offsets move
             self.failures += 1  # the dead-letter topic does not acknowledge the copies
+            self._collect_after = time.monotonic() + COLLECT_RETRY
             return None
         # A rebalance waits for a checkpoint in progress, and the partitions it revokes are
         # never written again. Nothing in here needs the consumer's I/O thread, which the
@@ -122,23 +138,29 @@ class CheckpointCoordinator:
                 Checkpoint(
                     frozenset(keys), topic_ids(source, {key[0] for key in keys}),
                     generation if generation is not None else -1, start, wait,
+                    letters.acknowledged if letters is not None else 0,
                 ),
                 Checkpointed,
             )
         if answer is None:
             self.failures += 1  # the worker logged why; its state stays as it was
+            self._collect_after = time.monotonic() + COLLECT_RETRY
             return None
-        if answer.written:  # else nothing changed since the last checkpoint
-            # a write in the background ended: of the partitions it wrote, those still held
-            held = {key: written for key, written in answer.written.items() if key in keys}
+        # What was written, of the partitions still held: one revoked since the write began
+        # (a rebalance under way) waits for the group to hand it back, or is given up.
+        written = {**self.deferred, **answer.written}
+        held = {key: result for key, result in written.items() if key in keys}
+        self.deferred = {
+            key: result for key, result in written.items() if key not in keys and key in owned
+        }
+        if held:  # else nothing changed since the last checkpoint
             if not source.commit({key: offset for key, (offset, _) in held.items()}):
                 self.refused = True
                 return None
             for key, (_, view) in held.items():
                 self.ledger.update(key, view)
-            self.ledger.dead_lettered = self.dead_lettered_before + (
-                letters.acknowledged if letters is not None else 0
-            )
+            if answer.mark is not None:  # the dead letters of the records it holds, no later
+                self.ledger.dead_lettered = self.dead_lettered_before + answer.mark
             if not self._save():
                 return None
             self.export(owned)

@@ -279,7 +279,8 @@ class Daemon:
                 self._measure_lag(source)
                 self._idle(worker)
                 due = self.coordinator.due()
-                if (due or worker.written()) and self._assigning is None:
+                collect = worker.written() and self.coordinator.may_collect()
+                if (due or collect) and self._assigning is None:
                     # a checkpoint begins (written in the background), or one written in the
                     # background has ended: its offsets are committed and it is exported
                     self._checkpoint(source, worker, start=due)

@@ -149,6 +149,9 @@ class Checkpoint:
     """Answer once it is durable. False: a forked copy writes it while batches go on (the
     directory store; the changelog is written at once either way), and the answer carries
     the result of the write before, if any."""
+    mark: int = 0
+    """A number the answer that reports what this checkpoint wrote gives back (``Checkpointed
+    .mark``): the dead letters acknowledged when it began."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,8 @@ class Checkpointed:
     offsets: dict[Key, int] = field(default_factory=dict)
     queries: QueryState | None = None
     """The query lists of every partition owned, merged (None: unchanged since the last)."""
+    mark: int | None = None
+    """The ``Checkpoint.mark`` of the newest checkpoint reported (None: none ended)."""
 
 
 Answer = Ready | Refused | Failed | Assigned | Rewound | Processed | Checkpointed
@@ -223,11 +228,12 @@ class Writing:
     reader: int
     offsets: dict[Key, int]
     written_at: float
+    mark: int
 
 
-Written = tuple[dict[Key, tuple[int, Export]], float, QueryState | None]
+Written = tuple[dict[Key, tuple[int, Export]], float, QueryState | None, int]
 """A checkpoint written: the partitions' offsets and views, its time, the merged query lists
-if they were due (``PartitionStates.queries``)."""
+if they were due (``PartitionStates.queries``), its request's mark."""
 
 
 class PartitionStates:
@@ -289,19 +295,25 @@ class PartitionStates:
                 self.end_writing()
                 self.rewind(set(keys))
                 return Rewound(dict(self.offsets))
-            case Checkpoint(keys, topic_ids, generation, start, wait):
-                if wait or not self.forks:
-                    try:
-                        ended = self.taken()
-                    except OSError:  # its partitions are dirty again: written now
-                        ended, self.ended = self.ended, []
-                    if start:
-                        written, written_at = self.checkpoint(set(keys), topic_ids, generation)
-                        ended.append((written, written_at, self.queries()))
-                    return self.answer(ended)
-                ended = self.taken()
-                merged = self.write_in_background(set(keys), topic_ids, generation) if start \
-                    else None
+            case Checkpoint(keys, topic_ids, generation, start, wait, mark):
+                background = not wait and self.forks
+                try:
+                    ended = self.taken()
+                except OSError:  # its partitions are dirty again: written now
+                    if not start:
+                        raise
+                    if background:  # the failure is reported, the write goes on
+                        self._begin(set(keys), topic_ids, generation, background, mark)
+                        raise
+                    ended, self.ended = self.ended, []  # written at once below: superseded
+                try:
+                    merged = self._begin(set(keys), topic_ids, generation, background, mark) \
+                        if start else None
+                except OSError:
+                    self.ended[:0] = ended  # answered with the next
+                    raise
+                ended += self.ended  # a checkpoint written at once
+                self.ended = []
                 return self.answer(ended, merged)
             case Drop(keys):
                 self.end_writing()
@@ -456,6 +468,18 @@ class PartitionStates:
 
     # --- checkpoints written in the background ----------------------------------------------
 
+    def _begin(
+        self, keys: set[Key], topic_ids: dict[str, str], generation: int, background: bool,
+        mark: int = 0,
+    ) -> QueryState | None:
+        """Checkpoint ``keys``: in the background, or at once (what it wrote is then in
+        ``ended``). Returns the query lists merged here, if any."""
+        if background:
+            return self.write_in_background(keys, topic_ids, generation, mark)
+        written, written_at = self.checkpoint(keys, topic_ids, generation)
+        self.ended.append((written, written_at, self.queries(), mark))
+        return None
+
     @property
     def forks(self) -> bool:
         """Whether checkpoints can be written by a forked copy: of the directory store (the
@@ -463,7 +487,8 @@ class PartitionStates:
         return isinstance(self.store, DirStore) and hasattr(os, "fork")
 
     def write_in_background(
-        self, keys: set[Key], topic_ids: dict[str, str] | None = None, generation: int = -1
+        self, keys: set[Key], topic_ids: dict[str, str] | None = None, generation: int = -1,
+        mark: int = 0,
     ) -> QueryState | None:
         """Have a forked copy of the process write the state of ``keys`` that changed, as
         it is now; the batches go on meanwhile (``end_writing`` takes the result). With
@@ -475,28 +500,34 @@ class PartitionStates:
             return self._merged() if due else None
         written_at = time.time()
         self.position[2] = 0
+        parent = os.getpid()
         reader, writer = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(reader)
+            os.close(writer)
+            raise
         if pid == 0:
             os.close(reader)
-            self._write_copy(writer, sorted(changed), written_at, topic_ids or {}, generation,
-                             due)
+            self._write_copy(parent, writer, sorted(changed), written_at, topic_ids or {},
+                             generation, due)
         os.close(writer)
         self.writing = Writing(pid, reader, {key: self.offsets[key] for key in changed},
-                               written_at)
+                               written_at, mark)
         self.dirty -= changed
         return None
 
     def _write_copy(
-        self, writer: int, keys: list[Key], written_at: float, topic_ids: dict[str, str],
-        generation: int, merge: bool,
+        self, parent: int, writer: int, keys: list[Key], written_at: float,
+        topic_ids: dict[str, str], generation: int, merge: bool,
     ) -> NoReturn:
         """The forked copy: write the state of ``keys`` and the result down the pipe (the
         views exported, the merged query lists when ``merge``), then exit."""
         status = 1
         try:
             gc.disable()  # it ends in a moment; a collection would copy every page it visits
-            die_with_parent(os.getppid())
+            die_with_parent(parent)  # also when it ended before the request was made
             self._save(keys, written_at, topic_ids, generation)
             views = {key: export(self.units[key]) for key in keys}
             result = pickle.dumps((views, self._merged() if merge else None, None),
@@ -537,7 +568,7 @@ class PartitionStates:
             return
         self.ended.append((
             {key: (offset, views[key]) for key, offset in writing.offsets.items()},
-            writing.written_at, merged,
+            writing.written_at, merged, writing.mark,
         ))
 
     def taken(self) -> list[Written]:
@@ -557,14 +588,15 @@ class PartitionStates:
         written: dict[Key, tuple[int, Export]] = {}
         written_at: float | None = None
         queries = merged
-        for part, at, lists in ended:
+        mark: int | None = None
+        for part, at, lists, number in ended:
             written.update(part)
-            written_at = at
+            written_at, mark = at, number
             if lists is not None and merged is None:
                 queries = lists
         if written_at is None and self.writing is None:
             written_at = time.time()
-        return Checkpointed(written, written_at, dict(self.offsets), queries)
+        return Checkpointed(written, written_at, dict(self.offsets), queries, mark)
 
 
 def _exit_status(status: int) -> str:

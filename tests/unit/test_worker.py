@@ -174,25 +174,33 @@ def test_a_restart_from_a_checkpoint_written_in_the_background_counts_every_reco
 def test_a_write_in_the_background_that_fails_is_reported_and_written_again(
     tmp_path: Path,
 ) -> None:
-    """A copy that cannot write (here its directory is a file) reports why; the answer that
-    takes it fails, its partitions are dirty again, and the next checkpoint writes them."""
+    """A copy that cannot write (here its directory is a file) says it has ended, and
+    why: the answer that takes it fails, its partitions are dirty again, and a checkpoint
+    that takes the failure begins their write at once (it fails, the write goes on)."""
     batches = polls(partitioned(0.0))[:6]
     keys = frozenset(PARTITIONS)
     config = Config.model_validate({"state": {"dir": str(tmp_path)}})
     states = PartitionStates(config, "replica-1")
+    states.position = shared_position(multiprocessing.RawArray("q", 3))  # as in the daemon
     states.handle(Assign(keys))
     for batch in batches:
         states.handle(Process(batch, True))
     (tmp_path / DIRECTORY).write_text("not a directory")
     states.handle(Checkpoint(keys, wait=False))
     assert not states.dirty
+    wait_for(lambda: states.position[2] == 1, "the copy says it has ended")
     with pytest.raises(OSError, match="checkpoint not written: FileExistsError"):
         states.handle(Checkpoint(keys, start=False, wait=False))
-    assert states.dirty == set(keys)
+    assert states.dirty == set(keys) and states.position[2] == 0
+    states.handle(Checkpoint(keys, wait=False))  # fails again
+    wait_for(lambda: states.position[2] == 1, "the copy says it has ended")
     (tmp_path / DIRECTORY).unlink()
-    answer = states.handle(Checkpoint(keys))  # at once
+    with pytest.raises(OSError, match="checkpoint not written"):
+        states.handle(Checkpoint(keys, wait=False))  # the failure, and a write begins
+    assert states.writing is not None and not states.dirty
+    answer = states.handle(Checkpoint(keys, start=False, wait=False))
     assert isinstance(answer, Checkpointed)
-    assert set(answer.written) == set(keys) and not states.dirty
+    assert set(answer.written) == set(keys)
     restored = PartitionStates(config, "replica-1")
     restored.handle(Assign(keys))
     assert views(restored) == views(states)
