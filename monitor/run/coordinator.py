@@ -9,8 +9,10 @@ takes the new views and is written, and the export is replaced.
 With the directory store the state is written by a forked copy of the state process while the
 batches go on: a checkpoint begins it, and the answer to a later one (asked for as soon as the
 copy has ended) carries what it wrote. Only then are its offsets committed and its views
-exported, for the partitions still owned; a partition given up meanwhile keeps its durable
-state, which is where this replica (the only one with this directory) restores it from.
+exported, for the partitions still held; one a rebalance is revoking waits until the group
+hands it back (or gives it up); a partition given up meanwhile keeps its durable state, which
+is where this replica (the only one with this directory) restores it from. The dead letters
+the ledger counts are those acknowledged when the write began (``Checkpoint.mark``).
 """
 
 from __future__ import annotations
