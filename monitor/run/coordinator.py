@@ -155,16 +155,18 @@ class CheckpointCoordinator:
         self.deferred = {
             key: result for key, result in written.items() if key not in keys and key in owned
         }
+        counted = self.ledger.dead_lettered
+        if answer.mark is not None:  # the dead letters of the records it holds, no later
+            self.ledger.dead_lettered = self.dead_lettered_before + answer.mark
         if held:  # else nothing changed since the last checkpoint
             if not source.commit({key: offset for key, (offset, _) in held.items()}):
                 self.refused = True
                 return None
             for key, (_, view) in held.items():
                 self.ledger.update(key, view)
-            if answer.mark is not None:  # the dead letters of the records it holds, no later
-                self.ledger.dead_lettered = self.dead_lettered_before + answer.mark
-            if not self._save():
-                return None
+        if (held or self.ledger.dead_lettered != counted) and not self._save():
+            return None
+        if held:
             self.export(owned)
         if answer.queries is not None:
             self.query_state, self.queries = answer.queries, report_of(answer.queries)

@@ -269,6 +269,8 @@ class PartitionStates:
         came or went meanwhile): answered with the next."""
         self.failure: str | None = None
         """Why the last write in the background failed (its partitions are written again)."""
+        self.lists: QueryState | None = None
+        """Query lists merged for an answer that failed: given with the next."""
         self.store: Store
         if config.state.store == "kafka":
             self.store = KafkaStore(config)
@@ -300,10 +302,12 @@ class PartitionStates:
                 try:
                     ended = self.taken()
                 except OSError:  # its partitions are dirty again: written now
-                    if not start:
-                        raise
                     if background:  # the failure is reported, the write goes on
-                        self._begin(set(keys), topic_ids, generation, background, mark)
+                        self.lists = self._begin(
+                            set(keys), topic_ids, generation, background, mark
+                        ) or self.lists
+                        raise
+                    if not start:
                         raise
                     ended, self.ended = self.ended, []  # written at once below: superseded
                 try:
@@ -596,6 +600,9 @@ class PartitionStates:
                 queries = lists
         if written_at is None and self.writing is None:
             written_at = time.time()
+        if queries is None:
+            queries = self.lists
+        self.lists = None
         return Checkpointed(written, written_at, dict(self.offsets), queries, mark)
 
 

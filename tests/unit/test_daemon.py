@@ -98,3 +98,10 @@ def test_a_checkpoint_of_a_partition_revoked_while_it_was_written_waits_for_it_t
     assert coordinator.ledger.dead_lettered == 3, "no write reported: the count stays"
     assert [r.start for r in process.requests] == [False, True]
     assert not coordinator.deferred
+    # a write of the revoked partition alone: nothing committed, its mark counted and kept
+    fence.revoked = {moving}
+    process.answers.append(Checkpointed({moving: (30, Export())}, 2.0, mark=5))
+    coordinator.checkpoint(kafka, worker, fence, owned, start=False, wait=False)
+    assert source.commits[-1] == {moving: 20} and moving in coordinator.deferred
+    again = CheckpointCoordinator(Config.model_validate({"state": {"dir": str(tmp_path)}}), False)
+    assert again.ledger.dead_lettered == 5
