@@ -8,6 +8,7 @@ only the Kafka protocol to it, as to Apache Kafka in production.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,9 +36,36 @@ def binary() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free on 127.0.0.1 now, below the kernel's range of ephemeral ports where
+    there is room: a port of that range (what binding port 0 gives) may be taken by any
+    outgoing connection before its user binds it. Never the same one twice in a process."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(PORTS_FROM, low) if low > PORTS_FROM + 1000 else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found = int(s.getsockname()[1])
+        _handed_out.add(found)
+        return found
+    raise OSError("no free port found on 127.0.0.1")
+
+
+PORTS_FROM = 10000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest ephemeral port (Linux; elsewhere IANA's 49152)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as bounds:
+            return int(bounds.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
 
 
 class Broker:
