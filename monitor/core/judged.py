@@ -48,7 +48,7 @@ from monitor.offline.spec import RECALL_LEVELS, MeasureSpec, parse_measure
 
 SOURCES = ("sample", "live", "implicit")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))
-BATCH = 256
+BATCH = 1024
 OVERALL = -1
 """Class index of the overall figures (exported as query_class="all")."""
 LAST_GOOD, PREVIOUS = "last_good", "previous"
@@ -715,11 +715,16 @@ class Judged:
 
     def live_query(self, time: float, klass: int, text: str, results: Sequence[str]) -> None:
         """A live query: scored when its normalised text has stored labels (and under
-        ``implicit`` when its key has labels from clicks)."""
+        ``implicit`` when its key has labels from clicks). It moves the offline clock."""
+        if time > self.clock:
+            self.clock = time
         key = normalise(text)
         labels = self.qrels.get(key)
-        if labels is not None:
-            self._queue(Pending("live", time, klass, key, None, results, labels))
+        if labels is not None:  # ``_queue``, inline: this runs for every live query
+            pending = self.pending
+            pending.append(Pending("live", time, klass, key, None, results, labels))
+            if len(pending) >= BATCH:
+                self._flush()
         if self.implicit:
             found = self.implicit.get(self.show(key) if self.show is not None else key)
             if found is not None:
@@ -939,43 +944,42 @@ class Judged:
         # and casts exactly below 2**53 (a time beyond, or NaN, takes Python's own ints)
         times = np.array([pending.time for pending in rows])
         if np.abs(times).max() < 2.0**53:
-            indexes = np.floor_divide(times[:, None], halves).astype(np.int64).tolist()
+            columns = np.floor_divide(times[:, None], halves).astype(np.int64)
+            indexes = columns.tolist()
         else:
             indexes = [[int(time // half) for half in halves] for time in times.tolist()]
-        group_of: list[int] = []
-        """Per query: its key's group, numbered in the order of first appearance."""
+            columns = np.array(indexes, dtype=object)
+        # each query's group: its shown key's, numbered in the order of first appearance
+        # (keys first, each shown once: redaction can show two keys as one)
         number: dict[str, int] = {}
-        shown_of: list[str] = []
-        firsts: list[int] = []
-        places: list[tuple[int, list[int]] | None] = []
-        """Per group: the class and buckets of all its queries; None when they differ."""
-        for i, pending in enumerate(rows):
-            shown = show(pending.key)
-            place = (pending.klass, indexes[i])
-            g = number.get(shown)
-            if g is None:
-                g = number[shown] = len(shown_of)
-                shown_of.append(shown)
-                firsts.append(i)
-                places.append(place)
-            elif places[g] != place:
-                places[g] = None
-            group_of.append(g)
+        by_key = np.array([number.setdefault(pending.key, len(number)) for pending in rows],
+                          dtype=np.intp)
+        shown_number: dict[str, int] = {}
+        group_of_key = [shown_number.setdefault(show(key), len(shown_number)) for key in number]
+        shown_of = list(shown_number)
+        groups = np.array(group_of_key, dtype=np.intp)[by_key]
+        group_of = groups.tolist()
+        first_row = np.unique(groups, return_index=True)[1][groups]
+        # a group whose queries differ in class or bucket takes them one at a time
+        klasses = np.array([pending.klass for pending in rows])
+        same = (klasses == klasses[first_row]) & (columns == columns[first_row]).all(axis=1)
+        mixed = np.zeros(len(shown_of), dtype=bool)
+        mixed[groups[~same]] = True
+        rows_of_mixed = mixed[groups]
+        visited = np.flatnonzero(rows_of_mixed | (first_row == np.arange(len(rows)))).tolist()
         clock, windows = self.clock, list(self.drift.items())
         clock_indexes = [_index(clock, half) for half in halves]
         cells: list[list[tuple[dict[int, list[float]], int]]] = [[] for _ in windows]
         starts: list[list[list[float]]] = [[] for _ in windows]
         slots = [[-1] * len(shown_of) for _ in windows]
         """Per window and group: its cell's row in ``starts`` (-1: not placed)."""
-        for i, g in enumerate(group_of):
-            placed = places[g]
-            if placed is None:
+        one_by_one = mixed.tolist()
+        for i in visited:  # the queries of mixed groups, and the first of each other group
+            g = group_of[i]
+            if one_by_one[g]:
                 self._drift(rows[i], addends[i].tolist(), shown_of[g])
                 continue
-            if firsts[g] != i:
-                continue  # placed with the first of its group
-            klass, buckets_of = placed
-            shown = shown_of[g]
+            klass, buckets_of, shown = rows[i].klass, indexes[i], shown_of[g]
             for w, (_, keys) in enumerate(windows):
                 index = buckets_of[w]
                 found = _bucket(keys, shown, klass, index, clock_indexes[w])
@@ -988,7 +992,6 @@ class Judged:
                 slots[w][g] = len(cells[w])
                 cells[w].append((buckets, index))
                 starts[w].append(cell)
-        groups = np.array(group_of, dtype=np.intp)
         for w in range(len(windows)):
             if not cells[w]:
                 continue

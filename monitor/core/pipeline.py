@@ -541,8 +541,9 @@ class Pipeline:
     def _join_live(self, klass: int, time: float, text: str, results: list[str]) -> None:
         """A live query's served list, for the qrels join (here or where it is held)."""
         if not self.forwarding:
-            if self.judged.active:
-                self._live_query(klass, time, text, results)
+            judged = self.judged
+            if judged.active:
+                judged.live_query(time, klass, text, results)
         elif self.forward_live:
             self.forwarded.append(LiveQuery(self.slices.names[klass], time, text, results))
 
@@ -622,7 +623,7 @@ class Pipeline:
                 if holder is not None:
                     klass = holder.slices.place(item.slice, item.time)
                     holder.grow()
-                    holder._live_query(klass, item.time, item.text, item.results)
+                    holder.judged.live_query(item.time, klass, item.text, item.results)
             elif isinstance(item, ImplicitLabels):
                 (holder if holder is not None else self)._store_implicit(item)
             else:
@@ -679,10 +680,6 @@ class Pipeline:
             )
         judged.active = True
         judged.advance(message.time)
-
-    def _live_query(self, klass: int, time: float, text: str, results: list[str]) -> None:
-        self.judged.live_query(time, klass, text, results)
-        self.judged.advance(time)
 
     def grow(self) -> None:
         """Counters for every slice known (placing judged or joined queries may add some);

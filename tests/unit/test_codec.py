@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import shutil
+from collections.abc import Iterator
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from monitor.config import Config, SlicesConfig
+from monitor.core import judged
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.generate import Regression, Traffic, World, events
@@ -39,6 +41,20 @@ FIXTURE_V4 = DATA / "checkpoint-v4.ckpt"
 """The same, written by format 4 (no query lists, no worsened queries); migrated on read."""
 FIXTURE_V3 = DATA / "checkpoint-v3.ckpt"
 """The same, written by format 3 (which applied events on arrival); migrated on read."""
+
+
+FIXTURE_BATCH = 256
+"""The live join's batch (``monitor.core.judged.BATCH``) the committed checkpoints were
+written with. Fed without a tick per batch of input, as ``fed`` feeds, a query is scored
+when its batch fills, and a window admits it by the clock then: the references here score
+in batches of that size, as the checkpoints' writers did."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def scored_as_written() -> Iterator[None]:
+    batch, judged.BATCH = judged.BATCH, FIXTURE_BATCH
+    yield
+    judged.BATCH = batch
 
 
 def fixture_stream() -> list[bytes]:
