@@ -37,7 +37,7 @@ from monitor.config import Config
 from monitor.core.judged import SOURCES, Judged, JudgedState
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.generate import Traffic, World, events, rfc3339
-from monitor.run.worker import Assign, Checkpoint, PartitionStates, Process, shared_position
+from monitor.run.worker import Assign, Checkpoint, PartitionStates, Process
 from monitor.state import codec
 from monitor.state.checkpoint import restore_unit
 from monitor.state.codec import UnitState
@@ -142,7 +142,7 @@ def background_figures(count: int, repeat: int) -> None:
     durable, copied = float("inf"), 0
     with tempfile.TemporaryDirectory() as tmp:
         states = PartitionStates(Config.model_validate({"state": {"dir": tmp}}), "bench")
-        states.position = shared_position(multiprocessing.RawArray("q", 3))  # as the daemon
+        states.copy_ended = multiprocessing.RawValue("b", 0)  # as the daemon
         states.handle(Assign(frozenset([key])))
         states.handle(Process([(key, list(range(len(lines))), list[bytes | None](lines))], True))
         assert states.units[key].sessions.open_count == count
@@ -161,7 +161,7 @@ def background_figures(count: int, repeat: int) -> None:
                 stopped[wait] = min(stopped[wait], time.perf_counter() - start)
                 if states.writing is not None:
                     pid, peak = states.writing.pid, 0
-                    while not states.position[2]:
+                    while not states.copy_ended.value:
                         peak = max(peak, memory_kib(pid, "Private_Dirty"))
                         time.sleep(0.002)
                     durable = min(durable, time.perf_counter() - start)

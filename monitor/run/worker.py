@@ -27,7 +27,6 @@ import logging
 import multiprocessing
 import multiprocessing.context
 import os
-import pickle
 import signal
 import threading
 import time
@@ -225,10 +224,20 @@ class Writing:
     and the time their state is as of, and the read end of the pipe of the copy's result."""
 
     pid: int
-    reader: int
+    reader: Connection
     offsets: dict[Key, int]
     written_at: float
     mark: int
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What a forked copy sends back once it has written: the views of the partitions it
+    wrote and the query lists it merged (when due), or why it failed."""
+
+    views: dict[Key, Export] | None
+    lists: QueryState | None
+    failure: str | None = None
 
 
 Written = tuple[dict[Key, tuple[int, Export]], float, QueryState | None, int]
@@ -258,10 +267,12 @@ class PartitionStates:
         self.checked: dict[Key, tuple[UnitState, Pipeline]] = {}
         """Checkpoints decoded and checked at start (one replica), until assigned."""
         self.rejections = RejectionLog(config.input.rejection_log_limit)
-        self.position: memoryview | list[int] = [0, 0, 0]
+        self.position: memoryview | list[int] = [0, 0]
         """The part of the batch and the offset of the record in hand (shared with the
-        consumer process, which reports a stall: ``Worker.position``), and 1 once a write
-        in the background has ended (``Worker.written``)."""
+        consumer process, which reports a stall: ``Worker.position``)."""
+        self.copy_ended = ctypes.c_byte(0)
+        """1 once a write in the background has ended: the copy sets it, in memory shared
+        with the consumer process, which then asks for the result (``Worker.written``)."""
         self.writing: Writing | None = None
         """The checkpoint being written in the background."""
         self.ended: list[Written] = []
@@ -503,48 +514,46 @@ class PartitionStates:
         if not changed:
             return self._merged() if due else None
         written_at = time.time()
-        self.position[2] = 0
+        self.copy_ended.value = 0
         parent = os.getpid()
-        reader, writer = os.pipe()
+        # the result comes back as every answer of this process goes: a Connection's message
+        reader, writer = multiprocessing.Pipe(duplex=False)
         try:
             pid = os.fork()
         except OSError:
-            os.close(reader)
-            os.close(writer)
+            reader.close()
+            writer.close()
             raise
         if pid == 0:
-            os.close(reader)
+            reader.close()
             self._write_copy(parent, writer, sorted(changed), written_at, topic_ids or {},
                              generation, due)
-        os.close(writer)
+        writer.close()
         self.writing = Writing(pid, reader, {key: self.offsets[key] for key in changed},
                                written_at, mark)
         self.dirty -= changed
         return None
 
     def _write_copy(
-        self, parent: int, writer: int, keys: list[Key], written_at: float,
+        self, parent: int, writer: Connection, keys: list[Key], written_at: float,
         topic_ids: dict[str, str], generation: int, merge: bool,
     ) -> NoReturn:
-        """The forked copy: write the state of ``keys`` and the result down the pipe (the
+        """The forked copy: write the state of ``keys`` and send the result (``Copied``: the
         views exported, the merged query lists when ``merge``), then exit."""
         status = 1
         try:
             gc.disable()  # it ends in a moment; a collection would copy every page it visits
             die_with_parent(parent)  # also when it ended before the request was made
             self._save(keys, written_at, topic_ids, generation)
-            views = {key: export(self.units[key]) for key in keys}
-            result = pickle.dumps((views, self._merged() if merge else None, None),
-                                  pickle.HIGHEST_PROTOCOL)
+            result = Copied({key: export(self.units[key]) for key in keys},
+                            self._merged() if merge else None)
             status = 0
         except BaseException as error:  # the copy reports whatever stops it
             reason = error.strerror if isinstance(error, OSError) and error.strerror else error
-            result = pickle.dumps((None, None, f"{type(error).__name__}: {reason}"))
+            result = Copied(None, None, f"{type(error).__name__}: {reason}")
         try:
-            self.position[2] = 1  # the consumer process asks for the result now
-            view = memoryview(result)
-            while view:
-                view = view[os.write(writer, view):]
+            self.copy_ended.value = 1  # the consumer process asks for the result now
+            writer.send(result)
         finally:
             os._exit(status)
 
@@ -554,18 +563,17 @@ class PartitionStates:
         writing, self.writing = self.writing, None
         if writing is None:
             return
-        chunks = []
-        while chunk := os.read(writing.reader, 1 << 20):
-            chunks.append(chunk)
-        os.close(writing.reader)
-        _, status = os.waitpid(writing.pid, 0)
-        self.position[2] = 0
         try:
-            views, merged, failure = pickle.loads(b"".join(chunks))
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
-            views, merged, failure = None, None, (
-                f"the process writing it ended ({_exit_status(status)}) before it had written"
-            )
+            result: Copied | None = writing.reader.recv()
+        except (EOFError, OSError):  # it ended without a word (killed)
+            result = None
+        writing.reader.close()
+        _, status = os.waitpid(writing.pid, 0)
+        self.copy_ended.value = 0
+        views, merged, failure = (result.views, result.lists, result.failure) if result else (
+            None, None,
+            f"the process writing it ended ({_exit_status(status)}) before it had written",
+        )
         if views is None:
             self.dirty |= writing.offsets.keys() & self.units.keys()
             self.failure = f"checkpoint not written: {failure}"
@@ -628,7 +636,7 @@ def refusal(problem: str) -> str:
 
 def serve(
     connection: Connection, parents_end: Connection, config: Config, replica: str,
-    discard: bool, log_settings: logs.Settings, position: Any = None,
+    discard: bool, log_settings: logs.Settings, position: Any = None, copy_ended: Any = None,
 ) -> None:
     """The worker process: answers each request in order; ends with its parent, whatever it
     is doing (the kernel kills it when the consumer process ends: ``die_with_parent``)."""
@@ -652,6 +660,8 @@ def serve(
         return
     if position is not None:
         states.position = shared_position(position)
+    if copy_ended is not None:
+        states.copy_ended = copy_ended
     connection.send(Ready())
     try:
         while True:
@@ -695,8 +705,8 @@ PR_SET_PDEATHSIG = 1
 
 
 def shared_position(array: Any) -> memoryview:
-    """Three 64-bit integers both processes see: the part and offset in hand (written per
-    record, read on a stall) and whether a write in the background ended."""
+    """Two 64-bit integers both processes see: the part and offset in hand (written per
+    record, read on a stall)."""
     return memoryview(array).cast("B").cast("q")
 
 
@@ -711,15 +721,17 @@ class Worker:
             else multiprocessing.get_context("spawn")
         )
         self.connection, theirs = context.Pipe()
-        shared = context.RawArray("q", 3)
+        shared = context.RawArray("q", 2)
         self.position = shared_position(shared)
-        """The part of the batch in flight and the offset of the record in hand (and
-        ``written``)."""
+        """The part of the batch in flight and the offset of the record in hand."""
+        self.copy_ended: ctypes.c_byte = context.RawValue("b", 0)
+        """Set by the state process's copy that has written a checkpoint (``written``)."""
         self.process = context.Process(
             target=serve, name="searchmon-state",
             # the Config itself: inherited by fork, pickled over a pipe by spawn; a JSON dump
             # would mask the SASL password (SecretStr) that the changelog's clients need
-            args=(theirs, self.connection, config, replica, discard, logs.settings(), shared),
+            args=(theirs, self.connection, config, replica, discard, logs.settings(), shared,
+                  self.copy_ended),
         )
         self.process.start()
         theirs.close()
@@ -737,7 +749,7 @@ class Worker:
     def written(self) -> bool:
         """Whether a checkpoint written in the background has ended: a ``Checkpoint`` with
         ``start`` False takes its result."""
-        return bool(self.position[2])
+        return bool(self.copy_ended.value)
 
     def answered_within(self, seconds: float) -> bool:
         return bool(self.connection.poll(seconds))

@@ -21,7 +21,6 @@ from monitor.run.worker import (
     Part,
     PartitionStates,
     Process,
-    shared_position,
 )
 from monitor.state.checkpoint import DIRECTORY
 from monitor.state.codec import PREFIX
@@ -147,7 +146,7 @@ def test_a_restart_from_a_checkpoint_written_in_the_background_counts_every_reco
     config = Config.model_validate({"state": {"dir": str(tmp_path / "again")}})
     first = PartitionStates(config, "replica-1")
     assert first.forks
-    first.position = shared_position(multiprocessing.RawArray("q", 3))  # as in the daemon
+    first.copy_ended = multiprocessing.RawValue("b", 0)  # as in the daemon
     first.handle(Assign(keys))
     for batch in batches[:9]:
         first.handle(Process(batch, True))
@@ -158,11 +157,11 @@ def test_a_restart_from_a_checkpoint_written_in_the_background_counts_every_reco
     for batch in batches[9:14]:  # the copy writes meanwhile; these are lost with the process
         first.handle(Process(batch, True))
     assert views(first) != at_start
-    wait_for(lambda: first.position[2] == 1, "the copy says it has written the checkpoint")
+    wait_for(lambda: first.copy_ended.value == 1, "the copy says it has written the checkpoint")
     ended = first.handle(Checkpoint(keys, start=False, wait=False))
     assert isinstance(ended, Checkpointed) and ended.written_at is not None
     assert ended.written == {key: (offsets[key], at_start[key]) for key in PARTITIONS}
-    assert first.writing is None and not first.ended and first.position[2] == 0
+    assert first.writing is None and not first.ended and first.copy_ended.value == 0
     again = PartitionStates(config, "replica-1")
     again.handle(Assign(keys))
     assert again.offsets == offsets and views(again) == at_start
@@ -181,22 +180,22 @@ def test_a_write_in_the_background_that_fails_is_reported_and_written_again(
     keys = frozenset(PARTITIONS)
     config = Config.model_validate({"state": {"dir": str(tmp_path)}})
     states = PartitionStates(config, "replica-1")
-    states.position = shared_position(multiprocessing.RawArray("q", 3))  # as in the daemon
+    states.copy_ended = multiprocessing.RawValue("b", 0)  # as in the daemon
     states.handle(Assign(keys))
     for batch in batches:
         states.handle(Process(batch, True))
     (tmp_path / DIRECTORY).write_text("not a directory")
     states.handle(Checkpoint(keys, wait=False))
     assert not states.dirty and states.writing is not None
-    wait_for(lambda: states.position[2] == 1, "the copy says it has ended")
+    wait_for(lambda: states.copy_ended.value == 1, "the copy says it has ended")
     with pytest.raises(OSError, match="checkpoint not written: FileExistsError"):
         states.handle(Checkpoint(keys, start=False, wait=False))
     assert states.writing is not None and not states.dirty, "written again at once"
-    wait_for(lambda: states.position[2] == 1, "the second copy says it has ended")
+    wait_for(lambda: states.copy_ended.value == 1, "the second copy says it has ended")
     (tmp_path / DIRECTORY).unlink()
     with pytest.raises(OSError, match="checkpoint not written"):
         states.handle(Checkpoint(keys, start=False, wait=False))
-    wait_for(lambda: states.position[2] == 1, "the third copy says it has ended")
+    wait_for(lambda: states.copy_ended.value == 1, "the third copy says it has ended")
     answer = states.handle(Checkpoint(keys, start=False, wait=False))
     assert isinstance(answer, Checkpointed)
     assert set(answer.written) == set(keys) and answer.written_at is not None
