@@ -295,7 +295,7 @@ class PartitionStates:
                 log.warning("discarded unusable checkpoint, kept as %s", aside)
                 self.store = DirStore(config.state.dir)
             # one replica: every checkpoint is checked at start, before any partition arrives
-            self.checked = self._decode(self.store.load(set(self.store.units)))
+            self.checked = self._decode(self.store.load(set(self.store.at_start)))
 
     def handle(self, request: Request) -> Answer | None:
         match request:

@@ -188,8 +188,7 @@ class DirStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory / DIRECTORY
-        self.units: set[Key] = set()
-        """The partitions with a checkpoint."""
+        found: set[Key] = set()
         old = directory / FORMAT_2_FILE
         data = read_file(old)
         if data is not None:
@@ -208,7 +207,10 @@ class DirStore:
             for path in sorted(self.directory.glob(f"*{SUFFIX}")):
                 topic, _, number = path.name[: -len(SUFFIX)].rpartition("-")
                 if topic and number.isdigit():
-                    self.units.add((topic, int(number)))
+                    found.add((topic, int(number)))
+        self.at_start = frozenset(found)
+        """The partitions with a checkpoint when the store was opened (not kept up to date:
+        a forked copy of the process writes others since, and ``load`` reads the files)."""
 
     def path(self, key: Key) -> Path:
         return self.directory / f"{key[0]}-{key[1]}{SUFFIX}"
@@ -224,7 +226,6 @@ class DirStore:
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
         for key, data in units.items():
             write_file(self.path(key), data, sync_directory=False)
-            self.units.add(key)  # partitions owned earlier keep their last checkpoint
         if units:
             _sync_directory(self.directory)
 
@@ -233,7 +234,6 @@ class DirStore:
             aside = discard_file(self.path(key))
             if aside is not None:
                 log.warning("moved the checkpoint of %s/%d aside as %s", *key, aside)
-            self.units.discard(key)
 
     def close(self) -> None:
         pass
