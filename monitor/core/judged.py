@@ -715,9 +715,8 @@ class Judged:
 
     def live_query(self, time: float, klass: int, text: str, results: Sequence[str]) -> None:
         """A live query: scored when its normalised text has stored labels (and under
-        ``implicit`` when its key has labels from clicks). It moves the offline clock."""
-        if time > self.clock:
-            self.clock = time
+        ``implicit`` when its key has labels from clicks). Then it moves the offline clock
+        (a batch it fills is scored by the clock before it)."""
         key = normalise(text)
         labels = self.qrels.get(key)
         if labels is not None:  # ``_queue``, inline: this runs for every live query
@@ -729,6 +728,8 @@ class Judged:
             found = self.implicit.get(self.show(key) if self.show is not None else key)
             if found is not None:
                 self._queue(Pending("implicit", time, klass, key, None, results, found))
+        if time > self.clock:
+            self.clock = time
 
     def advance(self, time: float) -> None:
         """Move the offline clock, which bounds the time windows."""

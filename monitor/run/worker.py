@@ -34,6 +34,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, NoReturn, TypeVar
 
 from kafka.errors import KafkaError
@@ -542,19 +543,26 @@ class PartitionStates:
         views exported, the merged query lists when ``merge``), then exit."""
         status = 1
         try:
-            gc.disable()  # it ends in a moment; a collection would copy every page it visits
-            die_with_parent(parent)  # also when it ended before the request was made
-            self._save(keys, written_at, topic_ids, generation)
-            result = Copied({key: export(self.units[key]) for key in keys},
-                            self._merged() if merge else None)
-            status = 0
-        except BaseException as error:  # the copy reports whatever stops it
-            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
-            result = Copied(None, None, f"{type(error).__name__}: {reason}")
-        try:
+            try:
+                gc.disable()  # it ends in a moment; a collection would copy every page it visits
+                die_with_parent(parent)  # also when it ended before the request was made
+                self._save(keys, written_at, topic_ids, generation)
+                # pickled here, as ``Connection.send`` would: a failure to pickle is reported
+                message = ForkingPickler.dumps(Copied(
+                    {key: export(self.units[key]) for key in keys},
+                    self._merged() if merge else None,
+                ))
+                status = 0
+            except BaseException as error:  # the copy reports whatever stops it
+                reason = (error.strerror if isinstance(error, OSError) and error.strerror
+                          else error)
+                message = ForkingPickler.dumps(
+                    Copied(None, None, f"{type(error).__name__}: {reason}")
+                )
             self.copy_ended.value = 1  # the consumer process asks for the result now
-            writer.send(result)
-        finally:
+            writer.send_bytes(message)
+        finally:  # whatever happens, the copy never returns into the state process's code
+            self.copy_ended.value = 1
             os._exit(status)
 
     def end_writing(self) -> None:
@@ -563,13 +571,15 @@ class PartitionStates:
         writing, self.writing = self.writing, None
         if writing is None:
             return
+        result: Copied | None
         try:
-            result: Copied | None = writing.reader.recv()
-        except (EOFError, OSError):  # it ended without a word (killed)
+            result = writing.reader.recv()
+        except Exception:  # no whole message (it was killed, say): its exit status tells
             result = None
-        writing.reader.close()
-        _, status = os.waitpid(writing.pid, 0)
-        self.copy_ended.value = 0
+        finally:
+            writing.reader.close()
+            _, status = os.waitpid(writing.pid, 0)
+            self.copy_ended.value = 0
         views, merged, failure = (result.views, result.lists, result.failure) if result else (
             None, None,
             f"the process writing it ended ({_exit_status(status)}) before it had written",

@@ -8,7 +8,6 @@ import json
 import os
 import pickle
 import shutil
-from collections.abc import Iterator
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
@@ -50,11 +49,10 @@ when its batch fills, and a window admits it by the clock then: the references h
 in batches of that size, as the checkpoints' writers did."""
 
 
-@pytest.fixture(autouse=True, scope="module")
-def scored_as_written() -> Iterator[None]:
-    batch, judged.BATCH = judged.BATCH, FIXTURE_BATCH
-    yield
-    judged.BATCH = batch
+@pytest.fixture
+def scored_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the tests that compare a committed checkpoint with the stream it holds."""
+    monkeypatch.setattr(judged, "BATCH", FIXTURE_BATCH)
 
 
 def fixture_stream() -> list[bytes]:
@@ -79,6 +77,7 @@ def encoded(pipeline: Pipeline, offset: int = 0) -> bytes:
     ))
 
 
+@pytest.mark.usefixtures("scored_as_written")
 @pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_V5], ids=["format-6", "format-5"])
 def test_the_committed_checkpoints_of_formats_5_and_6_restore_as_the_stream_they_hold(
     fixture: Path,
@@ -310,6 +309,12 @@ SMALL = encoded(fed(fixture_stream()[:1500]))
 PAYLOAD = SMALL.split(b"\n", 2)[2]
 
 
+def test_the_checkpoint_the_mutations_start_from_restores() -> None:
+    """Else every mutated checkpoint below would fail, and test nothing."""
+    _, pipeline = restore_unit(SMALL, "test", Config())
+    assert pipeline.sessions.open_count > 0 and pipeline.judged.pending
+
+
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(PAYLOAD) - 1), st.binary(min_size=0, max_size=4)),
                 min_size=1, max_size=4))
@@ -410,6 +415,7 @@ def test_a_ledger_of_the_wrong_shape_is_refused_not_added_up() -> None:
 FORMAT_2 = DATA / "format2"
 
 
+@pytest.mark.usefixtures("scored_as_written")
 def test_the_first_releases_state_is_migrated(tmp_path: Path) -> None:
     """Format 2 (pickled objects): a directory store's checkpoint.bin is split into one file
     per partition and set aside, each unit migrates as data to the state the current code

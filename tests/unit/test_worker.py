@@ -202,3 +202,32 @@ def test_a_write_in_the_background_that_fails_is_reported_and_written_again(
     restored = PartitionStates(config, "replica-1")
     restored.handle(Assign(keys))
     assert views(restored) == views(states)
+
+
+def test_a_write_in_the_background_whose_result_cannot_be_sent_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy that has written but cannot send its result (here a view that cannot be
+    pickled) says so: the answer that takes it fails with the reason, and its partitions
+    are written again."""
+    batches = polls(partitioned(0.0))[:3]
+    keys = frozenset(PARTITIONS)
+    states = PartitionStates(Config.model_validate({"state": {"dir": str(tmp_path)}}),
+                             "replica-1")
+    states.copy_ended = multiprocessing.RawValue("b", 0)  # as in the daemon
+    states.handle(Assign(keys))
+    for batch in batches:
+        states.handle(Process(batch, True))
+    monkeypatch.setattr("monitor.run.worker.export", lambda pipeline: lambda: pipeline)
+    states.handle(Checkpoint(keys, wait=False))
+    wait_for(lambda: states.copy_ended.value == 1, "the copy says it has ended")
+    with pytest.raises(OSError, match=r"checkpoint not written: .*[Pp]ickl"):
+        states.handle(Checkpoint(keys, start=False, wait=False))
+    assert states.writing is not None, "written again at once"
+    monkeypatch.undo()
+    wait_for(lambda: states.copy_ended.value == 1, "the second copy says it has ended")
+    with pytest.raises(OSError, match="checkpoint not written"):  # forked before the undo
+        states.handle(Checkpoint(keys, start=False, wait=False))
+    wait_for(lambda: states.copy_ended.value == 1, "the third copy says it has ended")
+    answer = states.handle(Checkpoint(keys, start=False, wait=False))
+    assert isinstance(answer, Checkpointed) and set(answer.written) == set(keys)
