@@ -265,9 +265,12 @@ class KafkaStore:
         """The checkpoint of each of ``keys`` written under the highest group generation
         (the newest of those): one a fenced replica wrote late, under a generation the group
         had left, is ignored. Chunks no chosen manifest names, written under a generation
-        before ``generation`` (the one that assigned ``keys``), are deleted: a write a crash
-        interrupted. Those of ``generation`` or later may be another member's write in
-        progress (this assignment may already be stale), and stay."""
+        before the chosen one's, are deleted: a write a crash interrupted, or a late write no
+        restore takes. Those of the chosen generation or later stay: they may be a write in
+        progress whose manifest follows them and replaces the one chosen (the previous
+        owner's, fenced, still writing under the generation restored; a newer owner's, when
+        this assignment is already stale), and those of a partition with no checkpoint yet
+        stay too."""
         self._create_topic()
         manifests: dict[Key, dict[bytes, tuple[int, str, int]]] = {}
         chunks: dict[bytes, bytes] = {}
@@ -288,6 +291,8 @@ class KafkaStore:
                 else:
                     chunks[key] = value
         found: dict[Key, bytes] = {}
+        chosen: dict[Key, int] = {}
+        """Per partition restored: the group generation of its checkpoint."""
         for unit, held in manifests.items():
             if not held:
                 continue
@@ -302,15 +307,17 @@ class KafkaStore:
                     f"{len(missing)} of its {count} chunks"
                 )
             found[unit] = b"".join(chunks.pop(name) for name in names)
+            chosen[unit] = group
             self.generations[unit] = (chunk_set, count)
             self.manifests[unit] = set(held)
             if len(held) > 1:
                 log.info("%s/%d: restored the checkpoint of group generation %d; %d other "
                          "manifests are stale", *unit, group, len(held) - 1)
-        # chunks no chosen manifest names: a write interrupted by a crash, a stale write
+        # chunks no chosen manifest names, older than the checkpoint chosen
         producer = self._producer_()
         for name in chunks:
-            if _chunk_group(name) < generation:
+            of = _parse_key(name.split(b"/", 1)[1].rsplit(b"/", 2)[0])
+            if of in chosen and _chunk_group(name) < chosen[of]:
                 producer.send(self.topic, key=name, value=None, partition=0)
         return found
 

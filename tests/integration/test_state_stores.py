@@ -126,3 +126,31 @@ def test_a_restore_leaves_chunks_of_a_newer_generation_in_progress(broker: Broke
     last = dict(KafkaStore(config)._read())
     assert last[b"c/events/0/2.crashed/0"] is None, "the crashed write is deleted"
     assert last[b"c/events/0/5.inflight/0"] == chunk
+
+
+def test_a_restore_leaves_the_chunks_of_a_late_write_under_the_generation_it_restores(
+    broker: Broker,
+) -> None:
+    """The partition's previous owner, fenced, may still be writing under the generation
+    whose checkpoint a restore takes (the new owner has written none yet): its chunks come
+    before its manifest, which then replaces the one restored. A restore must leave those
+    chunks, else the next restore finds that manifest and not its chunks."""
+    config = kafka_config(broker)
+    key = ("events", 0)
+    previous = KafkaStore(config)
+    previous.load({key})
+    previous.save({key: encode(pipeline_with(10), 10, 1.0, "previous")}, generation=2)
+    # its next checkpoint, under the same generation: the chunks are in, the manifest not yet
+    producer = KafkaProducer(bootstrap_servers=broker.address)
+    chunk = encode(pipeline_with(20), 20, 2.0, "previous")
+    producer.send(previous.topic, key=b"c/events/0/2.late/0", value=chunk, partition=0)
+    producer.flush()
+    owner = KafkaStore(config)
+    assert decode_unit(owner.load({key}, generation=3)[key], "t").offset == 10
+    owner.close()  # its deletions are delivered
+    producer.send(previous.topic, key=b"g/events/0/2", partition=0,
+                  value=b'{"generation": "2.late", "chunks": 1, "group_generation": 2}')
+    producer.flush()
+    producer.close()
+    previous.close()
+    assert decode_unit(KafkaStore(config).load({key}, generation=4)[key], "t").offset == 20
