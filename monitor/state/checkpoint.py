@@ -8,10 +8,12 @@ versioned, checksummed JSON of plain data. Two stores keep them:
   ``<topic>-<partition>.ckpt``, each replaced atomically (temporary file, fsync, rename, fsync
   of the directory). Only partitions whose state changed are written.
 - ``KafkaStore`` (several replicas): a compacted changelog topic. A checkpoint is split into
-  chunk records keyed ``c/<topic>/<partition>/<generation>/<index>``, then a manifest record
-  keyed ``m/<topic>/<partition>`` names the generation and its number of chunks; the previous
-  generation's chunks are deleted (tombstones) afterwards. A crash while writing leaves the
-  previous manifest and its chunks intact. Restoring reads the topic to its end.
+  chunk records keyed ``c/<topic>/<partition>/<chunk set>/<index>`` (the set named
+  ``<group generation>.<random>``), then a manifest record keyed
+  ``g/<topic>/<partition>/<group generation>`` names the set and its number of chunks; the
+  previous set's chunks are deleted (tombstones) afterwards. A crash while writing leaves the
+  previous manifest and its chunks intact. Restoring reads the topic to its end and takes the
+  checkpoint of the highest group generation.
 
 Checkpoints are data: whoever can write to the state directory or the changelog topic can
 make the daemon count wrongly, never make it run code.

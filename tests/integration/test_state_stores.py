@@ -101,8 +101,10 @@ def test_a_restore_takes_the_checkpoint_of_the_highest_group_generation(broker: 
 
 def test_a_restore_leaves_chunks_of_a_newer_generation_in_progress(broker: Broker) -> None:
     """A replica restoring under an assignment the group has already moved past must not
-    delete the chunks the partition's new owner is writing (their manifest follows them);
-    chunks of an older generation that no manifest names (a crashed write) are deleted."""
+    delete the chunks the partition's new owner is writing (their manifest follows them): a
+    restore that finds no checkpoint deletes nothing. Chunks of an older generation than the
+    checkpoint a restore takes, that its manifest does not name (a crashed write), are
+    deleted."""
     config = kafka_config(broker)
     key = ("events", 0)
     KafkaStore(config).load(set())  # creates the topic
@@ -114,7 +116,10 @@ def test_a_restore_leaves_chunks_of_a_newer_generation_in_progress(broker: Broke
     producer.flush()
     stale = KafkaStore(config)
     assert stale.load({key}, generation=4) == {}
-    stale.close()  # its deletions are delivered
+    stale.close()  # what it would delete is delivered
+    assert dict(KafkaStore(config)._read())[b"c/events/0/2.crashed/0"] is not None, (
+        "no checkpoint taken, nothing deleted"
+    )
     producer.send(topic, key=b"g/events/0/5",
                   value=b'{"generation": "5.inflight", "chunks": 1}', partition=0)
     producer.flush()
