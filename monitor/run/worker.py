@@ -52,6 +52,7 @@ from monitor.state.checkpoint import (
     KafkaStore,
     Key,
     Store,
+    UnreadableCheckpoints,
     forget_inherited_lock,
     restore_unit,
 )
@@ -344,9 +345,16 @@ class PartitionStates:
 
     def assign(self, keys: set[Key], generation: int = -1) -> dict[Key, Restored]:
         restored = {key: self.checked.pop(key) for key in keys if key in self.checked}
-        restored |= self._decode(
-            self.store.load(keys - self.units.keys() - restored.keys(), generation)
-        )
+        try:
+            stored = self.store.load(keys - self.units.keys() - restored.keys(), generation)
+        except UnreadableCheckpoints as error:  # as one that cannot be decoded (``_decode``)
+            if not self.discard:
+                raise StartError(refusal(str(error))) from None
+            for problem in error.problems.values():
+                log.warning("%s; discarded, the partition starts anew", problem)
+            self.store.discard(set(error.problems))
+            stored = error.found
+        restored |= self._decode(stored)
         answers: dict[Key, Restored] = {}
         for key in sorted(keys - self.units.keys()):
             unit = restored.get(key)

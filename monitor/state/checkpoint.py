@@ -165,10 +165,21 @@ def forget_inherited_lock() -> None:
         _held_lock = None
 
 
+class UnreadableCheckpoints(CheckpointError):
+    """Checkpoints of some partitions that cannot be read whole (``problems``: why, per
+    partition); those of the others were read (``found``)."""
+
+    def __init__(self, problems: dict[Key, str], found: dict[Key, bytes]) -> None:
+        super().__init__("; ".join(problems[key] for key in sorted(problems)))
+        self.problems = problems
+        self.found = found
+
+
 class Store(Protocol):
     def load(self, keys: set[Key], generation: int = -1) -> dict[Key, bytes]:
         """The newest checkpoint of each of ``keys`` that has one; ``generation``: the
-        consumer group generation that assigned them (-1: unknown)."""
+        consumer group generation that assigned them (-1: unknown). ``UnreadableCheckpoints``
+        when some cannot be read whole (it holds the others)."""
         ...
 
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:
@@ -293,6 +304,7 @@ class KafkaStore:
                 else:
                     chunks[key] = value
         found: dict[Key, bytes] = {}
+        problems: dict[Key, str] = {}
         chosen: dict[Key, int] = {}
         """Per partition restored: the group generation of its checkpoint."""
         for unit, held in manifests.items():
@@ -302,16 +314,17 @@ class KafkaStore:
             newest = max(enumerate(held.items()), key=lambda item: (item[1][1][0], item[0]))
             _, (_, (group, chunk_set, count)) = newest
             names = [_chunk_key(unit, chunk_set, i) for i in range(count)]
+            self.manifests[unit] = set(held)  # what ``discard`` deletes, read whole or not
             missing = [name for name in names if name not in chunks]
             if missing:
-                raise CheckpointError(
+                problems[unit] = (
                     f"{self.topic}: checkpoint of {unit[0]}/{unit[1]} is missing "
                     f"{len(missing)} of its {count} chunks"
                 )
+                continue
             found[unit] = b"".join(chunks.pop(name) for name in names)
             chosen[unit] = group
             self.generations[unit] = (chunk_set, count)
-            self.manifests[unit] = set(held)
             if len(held) > 1:
                 log.info("%s/%d: restored the checkpoint of group generation %d; %d other "
                          "manifests are stale", *unit, group, len(held) - 1)
@@ -321,6 +334,8 @@ class KafkaStore:
             of = _parse_key(name.split(b"/", 1)[1].rsplit(b"/", 2)[0])
             if of in chosen and _chunk_group(name) < chosen[of]:
                 producer.send(self.topic, key=name, value=None, partition=0)
+        if problems:
+            raise UnreadableCheckpoints(problems, found)
         return found
 
     def save(self, units: dict[Key, bytes], generation: int = -1) -> None:

@@ -9,6 +9,7 @@ import pytest
 from kafka import KafkaProducer
 
 from monitor.config import Config
+from monitor.run.worker import PartitionStates, StartError
 from monitor.state.checkpoint import CheckpointError, KafkaStore
 from monitor.state.codec import decode_unit
 from tests.support.broker import Broker
@@ -159,3 +160,33 @@ def test_a_restore_leaves_the_chunks_of_a_late_write_under_the_generation_it_res
     producer.close()
     previous.close()
     assert decode_unit(KafkaStore(config).load({key}, generation=4)[key], "t").offset == 20
+
+
+def test_a_checkpoint_missing_a_chunk_refuses_or_with_discard_starts_the_partition_anew(
+    broker: Broker,
+) -> None:
+    """The remedy the refusal names works for a changelog checkpoint that cannot be read
+    whole: with ``--discard-checkpoint`` its partition starts anew (its manifests deleted),
+    and the other partitions restore theirs."""
+    config = kafka_config(broker)
+    broken, whole = ("events", 0), ("events", 1)
+    store = KafkaStore(config)
+    store.load(set())
+    store.save({broken: encode(pipeline_with(50), 50), whole: encode(pipeline_with(5), 5)},
+               generation=1)
+    chunk_set, _ = store.generations[broken]
+    store.close()
+    producer = KafkaProducer(bootstrap_servers=broker.address)
+    producer.send(store.topic, key=f"c/events/0/{chunk_set}/1".encode(), value=None,
+                  partition=0)
+    producer.flush()
+    producer.close()
+    refused = PartitionStates(config, "replica-1")
+    with pytest.raises(StartError, match=r"missing 1 of its .*--discard-checkpoint"):
+        refused.assign({broken, whole}, generation=2)
+    refused.store.close()
+    states = PartitionStates(config, "replica-1", discard=True)
+    answers = states.assign({broken, whole}, generation=2)
+    assert answers[broken].offset is None and answers[whole].offset == 5
+    states.store.close()
+    assert KafkaStore(config).load({broken, whole}).keys() == {whole}, "set aside"
