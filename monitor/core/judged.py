@@ -931,8 +931,9 @@ class Judged:
         buckets, exactly as one ``_drift`` per query in order would add them.
 
         Live queries repeat: the queries of one key (of one class, in the same buckets)
-        are one group, placed once; their addends go to their bucket in one ``np.add.at``
-        per window, which adds them one by one in the batch's order (the same floats).
+        are one group, placed once; their addends go to their bucket in one ``np.bincount``
+        per window, which adds them one by one in the batch's order after the bucket's
+        value (the same floats).
         A key whose queries differ in class or bucket takes them one at a time."""
         show = self.show
         if show is None:
@@ -993,13 +994,20 @@ class Judged:
                 slots[w][g] = len(cells[w])
                 cells[w].append((buckets, index))
                 starts[w].append(cell)
+        columns = addends.shape[1]
         for w in range(len(windows)):
             if not cells[w]:
                 continue
-            totals = np.array(starts[w], dtype=np.float64)
             of_row = np.array(slots[w], dtype=np.intp)[groups]
             chosen = of_row >= 0
-            np.add.at(totals, of_row[chosen], addends[chosen])
+            # each cell's value, then its rows' addends in the batch's order, summed from 0.0
+            # by ``np.bincount`` (in input order): the floats of adding them one at a time
+            into = np.concatenate([np.arange(len(cells[w])), of_row[chosen]])
+            totals = np.bincount(
+                (into[:, None] * columns + np.arange(columns)).ravel(),
+                np.concatenate([np.array(starts[w], dtype=np.float64), addends[chosen]]).ravel(),
+                minlength=len(cells[w]) * columns,
+            ).reshape(len(cells[w]), columns).astype(np.float64, copy=False)  # weighted
             for (buckets, index), total in zip(cells[w], totals.tolist(), strict=True):
                 buckets[index] = total
 
