@@ -185,6 +185,8 @@ def test_a_checkpoint_missing_a_chunk_refuses_or_with_discard_starts_the_partiti
     with pytest.raises(StartError, match=r"missing 1 of its .*--discard-checkpoint"):
         refused.assign({broken, whole}, generation=2)
     refused.store.close()
+    with pytest.raises(CheckpointError, match="missing 1 of its"):  # refused: left as it was
+        KafkaStore(config).load({broken})
     states = PartitionStates(config, "replica-1", discard=True)
     answers = states.assign({broken, whole}, generation=2)
     assert answers[broken].offset is None and answers[whole].offset == 5
