@@ -967,8 +967,7 @@ class Judged:
         same = (klasses == klasses[first_row]) & (columns == columns[first_row]).all(axis=1)
         mixed = np.zeros(len(shown_of), dtype=bool)
         mixed[groups[~same]] = True
-        rows_of_mixed = mixed[groups]
-        visited = np.flatnonzero(rows_of_mixed | (first_row == np.arange(len(rows)))).tolist()
+        visited = np.flatnonzero(mixed[groups] | (first_row == np.arange(len(rows)))).tolist()
         clock, windows = self.clock, list(self.drift.items())
         clock_indexes = [_index(clock, half) for half in halves]
         cells: list[list[tuple[dict[int, list[float]], int]]] = [[] for _ in windows]
@@ -994,7 +993,7 @@ class Judged:
                 slots[w][g] = len(cells[w])
                 cells[w].append((buckets, index))
                 starts[w].append(cell)
-        columns = addends.shape[1]
+        width = addends.shape[1]
         for w in range(len(windows)):
             if not cells[w]:
                 continue
@@ -1004,10 +1003,10 @@ class Judged:
             # by ``np.bincount`` (in input order): the floats of adding them one at a time
             into = np.concatenate([np.arange(len(cells[w])), of_row[chosen]])
             totals = np.bincount(
-                (into[:, None] * columns + np.arange(columns)).ravel(),
+                (into[:, None] * width + np.arange(width)).ravel(),
                 np.concatenate([np.array(starts[w], dtype=np.float64), addends[chosen]]).ravel(),
-                minlength=len(cells[w]) * columns,
-            ).reshape(len(cells[w]), columns).astype(np.float64, copy=False)  # weighted
+                minlength=len(cells[w]) * width,
+            ).reshape(len(cells[w]), width).astype(np.float64, copy=False)  # weighted
             for (buckets, index), total in zip(cells[w], totals.tolist(), strict=True):
                 buckets[index] = total
 

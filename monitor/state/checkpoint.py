@@ -298,7 +298,7 @@ class KafkaStore:
                 held.pop(key, None)  # in log order: the newest record of a key is last
                 if value is not None:
                     held[key] = (group, *_parse_manifest(value, unit, self.topic))
-            elif kind == b"c" and _parse_key(rest.rsplit(b"/", 2)[0]) in keys:
+            elif kind == b"c" and _chunk_unit(key) in keys:
                 if value is None:
                     chunks.pop(key, None)
                 else:
@@ -331,7 +331,7 @@ class KafkaStore:
         # chunks no chosen manifest names, older than the checkpoint chosen
         producer = self._producer_()
         for name in chunks:
-            of = _parse_key(name.split(b"/", 1)[1].rsplit(b"/", 2)[0])
+            of = _chunk_unit(name)
             if of in chosen and _chunk_group(name) < chosen[of]:
                 producer.send(self.topic, key=name, value=None, partition=0)
         if problems:
@@ -497,6 +497,11 @@ def _chunk_key(unit: Key, chunk_set: str, index: int) -> bytes:
     """A chunk set is named ``<group generation>.<random>`` (a random name alone before
     chunk sets carried the generation they were written under)."""
     return f"c/{unit[0]}/{unit[1]}/{chunk_set}/{index}".encode()
+
+
+def _chunk_unit(key: bytes) -> Key | None:
+    """The partition a chunk's key (``c/<topic>/<partition>/<chunk set>/<index>``) names."""
+    return _parse_key(key.partition(b"/")[2].rsplit(b"/", 2)[0])
 
 
 def _chunk_group(key: bytes) -> int:
