@@ -67,6 +67,9 @@ Finite = Annotated[float, Field(ge=-1e15, le=1e15, allow_inf_nan=False)]
 Labels = dict[str, NonNegativeInt]
 Attributes = dict[str, str]
 """Values of the ``[slices]`` dimensions (and anything else: only those are read)."""
+GivenAttributes = dict[str, Any]
+"""``attributes`` as a message gives it: a value that is not a string is no value, and does
+not make the message invalid (``attribute_values`` keeps the strings)."""
 
 
 class Query(TypedDict):
@@ -85,7 +88,7 @@ class Query(TypedDict):
     application: NotRequired[ReadOnly[str | None]]
     page: NotRequired[ReadOnly[NonNegativeInt | None]]
     results_known: NotRequired[ReadOnly[StrictBool]]
-    attributes: NotRequired[ReadOnly[Attributes | None]]
+    attributes: NotRequired[ReadOnly[GivenAttributes | None]]
     user_id: NotRequired[ReadOnly[str | None]]
     result_teams: NotRequired[ReadOnly[list[str] | None]]
 
@@ -131,7 +134,7 @@ class Judgment(TypedDict):
     labels: ReadOnly[Labels]
     query_class: NotRequired[ReadOnly[str | None]]
     scores: NotRequired[ReadOnly[dict[str, Finite] | None]]
-    attributes: NotRequired[ReadOnly[Attributes | None]]
+    attributes: NotRequired[ReadOnly[GivenAttributes | None]]
     agreement: NotRequired[ReadOnly[dict[str, Finite] | None]]
     """The raters' agreement over the sample (``judgments import``): ``raters``,
     ``cohen_kappa`` or ``fleiss_kappa``, ``krippendorff_alpha``."""
@@ -144,7 +147,7 @@ class Qrels(TypedDict):
     labels: ReadOnly[Labels]
     query_class: NotRequired[ReadOnly[str | None]]
     qrels_id: NotRequired[ReadOnly[str | None]]
-    attributes: NotRequired[ReadOnly[Attributes | None]]
+    attributes: NotRequired[ReadOnly[GivenAttributes | None]]
 
 
 class Baseline(TypedDict):
@@ -275,6 +278,13 @@ class JudgedMessage:
     ranking: list[str] | None
     attributes: Attributes | None = None
     """Its dimension values (``[slices]``), top-level fields and ``attributes`` merged."""
+
+
+def attribute_values(given: GivenAttributes | None) -> Attributes | None:
+    """The string values of a message's ``attributes`` (the rest are no values)."""
+    if not given:
+        return None
+    return {name: value for name, value in given.items() if type(value) is str}
 
 
 Decoded = tuple[float, "Live"]

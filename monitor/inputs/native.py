@@ -36,6 +36,7 @@ from monitor.inputs.events import (
     QueryEvent,
     Reason,
     Rejection,
+    attribute_values,
     json_value,
 )
 from monitor.inputs.timestamps import Timestamps, zone
@@ -48,6 +49,9 @@ FastPathError = msgspec.MsgspecError
 
 def as_live(event: LiveEvent) -> Native:
     """A live event validated by the definitions above, as the struct the pipeline reads."""
+    given = event.get("attributes")
+    if isinstance(given, dict):  # any value validates; only strings are values
+        event = cast(LiveEvent, {**event, "attributes": attribute_values(given)})
     live: Native = msgspec.convert(event, Native)
     return live
 
@@ -247,7 +251,8 @@ class NativeDecoder:
             judged = self._judged(decoded)
             if self.dimensions is not None and type(judged) is JudgedMessage:
                 judged = JudgedMessage(judged.time, judged.event, judged.ranking,
-                                       self.dimensions.merged(data, decoded.get("attributes")))
+                                       self.dimensions.merged(
+                                           data, attribute_values(decoded.get("attributes"))))
             return judged
         live = as_live(decoded)
         if type(live) is QueryEvent:

@@ -305,6 +305,25 @@ def test_without_slices_every_output_keeps_its_shape() -> None:
     assert export(pipeline).labels == ("query_class",)
 
 
+@pytest.mark.parametrize("dimensions", [[], ["platform", "bucket"]])
+def test_an_attribute_that_is_no_string_is_no_value_and_the_query_counts(
+    dimensions: list[str],
+) -> None:
+    pipeline = Pipeline(Config(slices=SlicesConfig(dimensions=dimensions)))
+    given: list[dict[str, Any]] = [
+        {"platform": "ios", "bucket": 5}, {"platform": "ios", "flag": None},
+        {"platform": None, "bucket": [1]}, {"bucket": {"nested": "x"}, "platform": 1.5},
+    ]
+    for n, attributes in enumerate(given):
+        assert pipeline.feed(query(f"q{n}", n, f"s{n}", f"q{n}", attributes=attributes)) is None
+    pipeline.close()
+    assert pipeline.health.accepted == 4 and not any(pipeline.health.rejected.values())
+    if dimensions:
+        counts = {p.slice[1:]: p.count("queries") for p in export(pipeline).slices
+                  if p.count("queries")}
+        assert counts == {("ios", "unknown"): 2, ("unknown", "unknown"): 2}
+
+
 def test_a_ubi_query_takes_its_values_from_its_record_and_query_attributes() -> None:
     config = Config(slices=SlicesConfig(dimensions=["platform", "application"]))
     pipeline = Pipeline(config)
