@@ -95,7 +95,11 @@ class Slices:
         self.dimensions = dimensions
         self.names: list[Slice] = []
         self.index: dict[Slice, int] = {}
-        """Label values -> the index that holds them (an alias's values map to another)."""
+        """Label values -> the slice new queries with them count into: never one relabelled
+        ``other`` that may get its value back (an alias's values map to another)."""
+        self.shown_by: dict[Slice, list[int]] = {}
+        """Label values -> every slice exported under them (its series: ``max_series``
+        bounds how many there are)."""
         self.evicted: list[tuple[str, list[int], int]] = []
         """Members that lost their place (dimension, the slices relabelled, 1) or got it
         back (-1), for the caller to count their queries as folded or not."""
@@ -219,12 +223,9 @@ class Slices:
         """A slice for ``key`` whose values at the label positions ``waiting`` are pending:
         labelled ``other`` there until they join (``_readmit``)."""
         shown = tuple(OTHER if at in waiting else value for at, value in enumerate(key))
-        if len(self.index) >= self.config.max_series:
+        if shown not in self.shown_by and len(self.shown_by) >= self.config.max_series:
             return self._add(shown)
-        i = len(self.names)
-        self.names.append(shown)
-        self.lists.append(self._list_of(shown))
-        self.index.setdefault(shown, i)
+        i = self._append(shown)
         for at in waiting:
             self._was.setdefault(at, {})[i] = key[at]
         self.hidden[key] = i
@@ -263,8 +264,8 @@ class Slices:
         was = self._was.setdefault(at, {})
         for i in moved:
             self.hidden[self._raw(i)] = i
-            self._rename(i, (*self.names[i][:at], OTHER, *self.names[i][at + 1:]))
             was[i] = value
+            self._rename(i, (*self.names[i][:at], OTHER, *self.names[i][at + 1:]))
         if at:
             dimension = self.dimensions[at - 1]
             self.evicted.append((dimension.name, moved, 1))
@@ -281,7 +282,13 @@ class Slices:
         back = [i for i, old in was.items() if old == value]
         for i in back:
             del was[i]
-            self._rename(i, (*self.names[i][:at], value, *self.names[i][at + 1:]))
+            new = (*self.names[i][:at], value, *self.names[i][at + 1:])
+            if at and new not in self.shown_by and len(self.shown_by) >= self.config.max_series:
+                # no series left for it: what it counted stays other, and so do its queries
+                if not self._relabelled(i):
+                    self.index.setdefault(self.names[i], i)
+                continue
+            self._rename(i, new)
             if self.names[i] == self._raw(i):  # no value of it waits any more
                 self.hidden.pop(self.names[i], None)
         if back and at:
@@ -307,19 +314,38 @@ class Slices:
         old = self.names[i]
         self.names[i] = new
         self.lists[i] = self._list_of(new)
+        holders = self.shown_by[old]
+        holders.remove(i)
+        if not holders:
+            del self.shown_by[old]
+        self.shown_by.setdefault(new, []).append(i)
         if self.index.get(old) == i:
-            alias = next((j for j, name in enumerate(self.names) if name == old), None)
+            alias = next((j for j in holders if not self._relabelled(j)), None)
             if alias is None:
                 del self.index[old]
             else:
                 self.index[old] = alias
-        self.index.setdefault(new, i)
+        if not self._relabelled(i):
+            self.index.setdefault(new, i)
+
+    def _relabelled(self, i: int) -> bool:
+        """Whether slice ``i`` shows ``other`` for a value it may get back."""
+        return any(i in was for was in self._was.values())
+
+    def _append(self, key: Slice) -> int:
+        """A new slice labelled ``key`` (the caller registers it in ``index``)."""
+        i = len(self.names)
+        self.names.append(key)
+        self.lists.append(self._list_of(key))
+        self.shown_by.setdefault(key, []).append(i)
+        return i
 
     def _add(self, key: Slice) -> int:
         found = self.index.get(key)
         if found is not None:
             return found
-        if len(self.index) >= self.config.max_series and any(v != OTHER for v in key[1:]):
+        if (key not in self.shown_by and len(self.shown_by) >= self.config.max_series
+                and any(v != OTHER for v in key[1:])):
             if not self._budget_logged:
                 self._budget_logged = True
                 log.warning("slices: %d slices reached ([slices] max_series): the dimension "
@@ -328,10 +354,8 @@ class Slices:
             found = self.index.get(key)
             if found is not None:
                 return found
-        self.index[key] = len(self.names)
-        self.names.append(key)
-        self.lists.append(self._list_of(key))
-        return self.index[key]
+        i = self.index[key] = self._append(key)
+        return i
 
     def add_class(self, name: str) -> int:
         """The class ``name`` joins the set for good (the caller checks that it may), with
@@ -345,8 +369,11 @@ class Slices:
 
     def canonical(self, index: int) -> bool:
         """Whether ``index`` holds its label values (else it is an alias of the one that
-        does: its offline figures are those of before its relabelling, not shown)."""
-        return self.index.get(self.names[index]) == index
+        does: its offline figures are those of before its relabelling, not shown). Labels
+        that only relabelled slices show are held by the first of them."""
+        name = self.names[index]
+        holder = self.index.get(name)
+        return (holder if holder is not None else self.shown_by[name][0]) == index
 
     def place(self, values: Slice, time: float) -> int:
         """The index of the slice with these label values (another pipeline's), added here
@@ -432,9 +459,7 @@ class Slices:
                 if value not in (UNKNOWN, OTHER) and value not in dimension.first:
                     value = OTHER
                 key.append(value)
-            slices.index.setdefault(tuple(key), len(slices.names))
-            slices.names.append(tuple(key))
-            slices.lists.append(slices._list_of(tuple(key)))
+            slices._append(tuple(key))
         require(len(state.hidden) == len(state.slices), "slices: hidden values of others")
         if state.dimensions == config.slices.dimensions:  # the relabellings hold
             for i, raw in enumerate(state.hidden):
@@ -445,6 +470,9 @@ class Slices:
                     if value != shown:
                         slices._was.setdefault(at, {})[i] = value
                 slices.hidden[tuple(raw)] = i
+        for i, labels in enumerate(slices.names):
+            if not slices._relabelled(i):
+                slices.index.setdefault(labels, i)
         unknown = tuple(UNKNOWN for _ in slices.dimensions)
         require(all((name, *unknown) in slices.index for name in classes.index),
                 "slices: a class without its slice")

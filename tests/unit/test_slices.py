@@ -244,6 +244,43 @@ def test_the_series_budget_folds_new_slices_and_logs_once(
     assert sum(p.count("queries") for p in export(pipeline).slices) == 40
 
 
+@pytest.mark.parametrize(("order", "restore"), [
+    ("in", False), ("reversed", False), ("shuffled", False), ("shuffled", True),
+])
+def test_past_the_budget_no_slice_counts_a_query_of_other_values(order: str, restore: bool) -> None:
+    """Values learned in event time, many of them losing their place to earlier ones that
+    arrive later, and the series budget full: a slice that names a value counts only
+    queries of that value, and the slices stay within the budget."""
+    rng = random.Random(7)
+    said: list[tuple[float, str, str]] = [
+        (rng.uniform(0, 60), f"p{a}", f"l{b}") for a in range(30) for b in range(30)
+    ]
+    said.sort()
+    if order == "reversed":
+        said.reverse()
+    elif order == "shuffled":
+        rng.shuffle(said)
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS, max_values=12, max_series=25))
+    lines = [query(f"q{n}", at, f"s{n}", f"q{n}", platform=platform, locale=locale)
+             for n, (at, platform, locale) in enumerate(said)]
+    pipeline = Pipeline(config)
+    for n, data in enumerate(lines):
+        if restore and n % 300 == 150:
+            pipeline = round_trip(pipeline)
+        assert pipeline.feed(data) is None
+    pipeline.close()
+    given = Counter((platform, locale) for _, platform, locale in said)
+    parts = [p for p in export(pipeline).slices if p.count("queries")]
+    for part in parts:
+        _, platform, locale = part.slice
+        assert part.count("queries") <= sum(
+            n for (a, b), n in given.items()
+            if platform in ("other", a) and locale in ("other", b)
+        ), part.slice
+    assert sum(p.count("queries") for p in parts) == len(said)
+    assert len({p.slice for p in export(pipeline).slices}) <= 25
+
+
 def test_label_values_stay_bounded_whatever_the_input_says() -> None:
     config = Config(slices=SlicesConfig(dimensions=["platform"], max_values=3))
     pipeline = Pipeline(config)
