@@ -43,7 +43,13 @@ from monitor.core.snapshots import (
 from monitor.core.stats import PairedComparison, compare
 from monitor.offline.curves import interpolated_precision
 from monitor.offline.measures import score
-from monitor.offline.ranking import BoolArray, FloatArray, IntArray, RankedLists
+from monitor.offline.ranking import (
+    BoolArray,
+    DuplicateDocumentError,
+    FloatArray,
+    IntArray,
+    RankedLists,
+)
 from monitor.offline.spec import RECALL_LEVELS, MeasureSpec, parse_measure
 
 SOURCES = ("sample", "live", "implicit")
@@ -835,9 +841,7 @@ class Judged:
         if hits:
             matrix[hits] = remembered
         if misses:
-            lists = RankedLists.from_lists(
-                [batch[i].ranking for i in misses], [batch[i].labels for i in misses]
-            )
+            lists = _ranked([batch[i].ranking for i in misses], [batch[i].labels for i in misses])
             for m, spec in enumerate(self.specs):
                 matrix[misses, m] = score(lists, spec)
             if len(memo) + len(misses) > MEMO_SIZE:
@@ -852,8 +856,7 @@ class Judged:
         at = [i for i, p in enumerate(batch) if p.sample_id is not None]
         if not at:
             return {}
-        lists = RankedLists.from_lists([batch[i].ranking for i in at],
-                                       [batch[i].labels for i in at])
+        lists = _ranked([batch[i].ranking for i in at], [batch[i].labels for i in at])
         rows = interpolated_precision(lists, CURVE_RELEVANCE).tolist()
         return dict(zip(at, rows, strict=True))
 
@@ -1485,3 +1488,15 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
         {klass: list(sums)
          for klass, sums in zip(state.curve_classes, state.curve_sums, strict=True)},
     )
+
+
+def _ranked(rankings: Sequence[Sequence[str]], labels: Sequence[Mapping[str, int]]) -> (
+    RankedLists
+):
+    """The lists to score. A judgment names each document once (``schema`` otherwise), but a
+    live result list, or one rebuilt from impressions, may repeat a result: it is scored
+    with the result's first place only (online, every place counts as shown)."""
+    try:
+        return RankedLists.from_lists(rankings, labels)
+    except DuplicateDocumentError:
+        return RankedLists.from_lists([list(dict.fromkeys(r)) for r in rankings], labels)

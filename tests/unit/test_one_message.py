@@ -182,3 +182,33 @@ def test_a_long_text_is_cut_at_a_word_boundary(text: str, limit: int, cut: str) 
     from monitor.inputs.native import cut_text
 
     assert cut_text(text, limit) == cut
+
+
+@pytest.mark.parametrize("repeated", [["d1", "d1", "d2"], ["d2", "d1", "d2", "d1"]])
+def test_a_live_list_that_repeats_a_result_is_scored_with_its_first_place(
+    repeated: list[str], tmp_path: Path
+) -> None:
+    """A live result list naming a document twice, its text joined with stored qrels, both
+    alone and in a full scoring batch: scored as the list with each result at its first
+    place, and the other queries of its batch scored too."""
+    from monitor.cli.replay import replay_files
+    from monitor.core.export import export
+
+    def scores(results: list[str]) -> dict[tuple[str, str], tuple[tuple[int, ...], float]]:
+        qrels = {"type": "qrels", "timestamp": 0, "query_text": "red shoes",
+                 "labels": {"d1": 1, "d2": 2, "d3": 0}}
+        lines = [json.dumps(qrels).encode()]
+        for n in range(1100):
+            lines.append(query(f"q{n}", 1 + n / 100, f"s{n}", f"q{n}", text="red shoes",
+                               result_ids=results if n in (5, 1023) else ["d2", "d3"]))
+        path = tmp_path / "events.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        log = RejectionLog(0)
+        pipeline = replay_files(Config(), [path], [], log)
+        return {(s.measure, s.source): (s.histogram.counts, s.histogram.sum)
+                for s in export(pipeline).scores if s.slice[0] == "all"}
+
+    found = scores(repeated)
+    assert found == scores(list(dict.fromkeys(repeated)))
+    live = [counts for (_, source), (counts, _) in found.items() if source == "live"]
+    assert live and all(sum(counts) == 1100 for counts in live)
