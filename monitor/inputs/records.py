@@ -90,7 +90,8 @@ def records(
 ) -> list[Record]:
     """The ``count`` records of a decompressed batch body ``data`` from ``pos``; ``Malformed``
     for anything kafka-python's reading would refuse (a length that disagrees with the
-    fields, a negative header count or key size, bytes left over)."""
+    fields, a negative header count or key size, bytes left over), but a header name that
+    is no UTF-8."""
     found: list[Record] = []
     end = len(data)
     for _ in range(count):
@@ -109,10 +110,10 @@ def records(
             size, pos = varint(data, pos)
             if size < 0 or pos + size > end:
                 raise Malformed
-            try:
-                name = data[pos:pos + size].decode("utf-8")
-            except UnicodeDecodeError:
-                raise Malformed from None
+            # as Kafka's own clients read a header name: bytes that are no UTF-8 read as
+            # U+FFFD (kafka-python's reading raises, and its consumer then stalls on the
+            # partition for good)
+            name = data[pos:pos + size].decode("utf-8", "replace")
             header, pos = nullable(data, pos + size)
             headers.append((name, header))
         if pos - start != length:

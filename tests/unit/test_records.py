@@ -113,3 +113,16 @@ def test_the_consumer_reads_batches_with_it(monkeypatch: pytest.MonkeyPatch) -> 
     assert source.read_batches(), "installed once, whatever the calls"
     data = built([(7, b"k", b"v", [])])
     assert [r.value for r in DefaultRecordBatch(data)] == [b"v"]
+
+
+def test_a_header_name_that_is_no_utf8_reads_as_kafka_s_clients_read_it() -> None:
+    """kafka-python raises on it (and its consumer then stalls on the partition); the record
+    and those after it read, the name with U+FFFD where its bytes are no UTF-8."""
+    data = bytearray(built([(1_000, b"k", b"a", []), (1_000, b"k", b"b", [("zz", b"v")]),
+                            (1_000, b"k", b"c", [])]))
+    data[data.find(b"zz")] = 0xFF  # (the CRC is the fetcher's to check: not read here)
+    with pytest.raises(CorruptRecordError, match="UnicodeDecodeError"):
+        list(DefaultRecordBatch(bytes(data)))
+    read = ours(bytes(data))
+    assert [r[FIELDS.index("value")] for r in read] == [b"a", b"b", b"c"]
+    assert read[1][FIELDS.index("headers")] == [("\ufffdz", b"v")]
