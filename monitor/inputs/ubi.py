@@ -184,7 +184,8 @@ class UbiDecoder:
             if action in self.clicks:
                 return ClickEvent(
                     event_id=event_id, timestamp=stamp, session_id=session,
-                    query_id=query_id, doc_id=doc or "", position=rank,  # type: ignore[arg-type]
+                    # no query id: a click on no known query (its session's unmatched)
+                    query_id=query_id or "", doc_id=doc or "", position=rank,
                     dwell_ms=dwell_ms,
                 )
             return ImpressionEvent(

@@ -163,3 +163,17 @@ def test_the_chorus_export_counts_searches_as_a_hand_count_does() -> None:
     quality = result["data_quality"]
     assert quality["clicked_zero_result_queries"] == 0
     assert quality["reused_query_ids"] == 7, "the refined texts, each a search of its own"
+
+
+def test_a_click_without_a_query_id_counts_as_a_click_on_no_known_query(tmp_path: Path) -> None:
+    lines = [
+        {"user_query": "hello", "query_id": "u1", "client_id": "c1",
+         "timestamp": "2026-01-01T00:00:00Z", "query_response_hit_ids": ["d1"]},
+        {"action_name": "click", "client_id": "c1", "timestamp": "2026-01-01T00:00:05Z",
+         "event_attributes": {"object": {"object_id": "d1"}, "position": {"ordinal": 0}}},
+    ]
+    path = tmp_path / "ubi.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = report(replay_files(Config(), [path], [], RejectionLog(0)))
+    assert result["rejected"] == {}
+    assert result["online"]["all"]["clicks"] == 1 and result["unmatched_clicks"] == 1
