@@ -668,10 +668,11 @@ class Pipeline:
             judged.store_qrels(event["query_text"], dict(event["labels"]))
         else:
             assert message.ranking is not None, "a judgment's ranking is checked on arrival"
+            given = (self._dimensions_of.of(message.attributes)[:len(self._dimensions)]
+                     if self._dimensions_of else ())  # not the experiments' attributes
             klass = self.slices.locate(
-                event.get("query_class"), event["query_text"],
-                self._dimensions_of.of(message.attributes) if self._dimensions_of else (),
-                message.time, self.sessions.watermark,
+                event.get("query_class"), event["query_text"], given, message.time,
+                self.sessions.watermark,
             )
             self.grow()
             judged.judgment(

@@ -20,6 +20,7 @@ from monitor.config import (
     QueryListsConfig,
     SlicesConfig,
     load_config,
+    parse_config,
 )
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
@@ -438,3 +439,19 @@ def test_the_query_lists_are_kept_by_the_dimensions_configured_for_them() -> Non
     by_class = query_report([plain], plain, plain.config)
     assert {e["query_class"] for e in by_class["lists"]} == {"all", "travel"}
     assert all("platform" not in e for e in by_class["lists"])
+
+
+def test_a_judgment_is_placed_by_the_dimensions_alone_when_experiments_read_more() -> None:
+    config = parse_config(
+        '[slices]\ndimensions = ["platform"]\n[[experiments]]\nid = "e1"\n'
+        'attribute = "ranker"\ncontrol = "A"\nsplit = {A = 0.5, B = 0.5}\n'
+    )
+    pipeline = Pipeline(config)
+    for n, attributes in enumerate([None, {"platform": "ios", "ranker": "B"}]):
+        judgment = {"type": "judgment", "sample_id": "s1", "timestamp": stamp(n),
+                    "query_id": f"j{n}", "query_text": f"text {n}", "ranking": ["a"],
+                    "labels": {"a": 1}, "attributes": attributes}
+        assert pipeline.feed(json.dumps(judgment).encode()) is None
+    pipeline.offline_tick(pipeline.sessions.newest, True)
+    assert not any(pipeline.health.rejected.values())
+    assert report(pipeline)["offline"]["all"]["judged_queries"] == 2
