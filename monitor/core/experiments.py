@@ -185,6 +185,11 @@ class ExperimentsState:
     open_queries: dict[str, list[list[Int]]]
     open_sessions: dict[str, list[list[Int]]]
     interleaved: InterleavedState | None = None
+    open_session_times: dict[str, list[float]] = field(default_factory=dict)
+    """Per open session, the event time of each assignment's query (``open_sessions``);
+    absent (older states): the assignments stay."""
+    open_conversions: dict[str, Int] = field(default_factory=dict)
+    """Conversions of the open sessions, counted when they close."""
 
 
 @dataclass
@@ -204,7 +209,12 @@ class Experiments:
     queries: dict[str, list[Assignment]] = field(default_factory=dict)
     """Queries whose outcome (clicked or not) is not known yet, with their assignments."""
     sessions: dict[str, list[Assignment]] = field(default_factory=dict)
-    """Open sessions of the experiments, with their first query's assignments."""
+    """Open sessions of the experiments: per experiment one assignment, that of the
+    session's first query in the experiment in event time (whatever the order of arrival)."""
+    session_times: dict[str, list[float]] = field(default_factory=dict)
+    """The event time of each assignment's query in ``sessions``."""
+    conversions: dict[str, int] = field(default_factory=dict)
+    """Conversions per open session, before or after its queries: counted when it closes."""
     pairs: dict[tuple[str, str], Preference] = field(default_factory=dict)
     """Team-draft interleaving: per pair of rankers (in name order), the queries' outcomes."""
     interleaved: dict[str, tuple[tuple[str, str], list[str], list[int]]] = field(
@@ -246,11 +256,12 @@ class Experiments:
 
     def searched(
         self, values: Sequence[str], query_id: str, session_id: str, user: str | None,
-        zero: bool,
+        zero: bool, time: float,
     ) -> None:
-        """An accepted query with its values of the experiments' attributes (in the order of
-        ``configs``): counted in each experiment it is in, and remembered until its
-        outcome is known."""
+        """An accepted query at event ``time`` with its values of the experiments' attributes
+        (in the order of ``configs``): counted in each experiment it is in, and remembered
+        until its outcome is known; its session's variant in each experiment is that of its
+        first query in the experiment."""
         assigned: list[Assignment] = []
         for e, (config, value) in enumerate(zip(self.configs, values, strict=True)):
             v = self.variant_index[e].get(value)
@@ -269,7 +280,25 @@ class Experiments:
             assigned.append((e, v, b))
         if assigned:
             self.queries[query_id] = assigned
-            self.sessions.setdefault(session_id, assigned)
+            self._assign(session_id, assigned, time)
+
+    def _assign(self, session_id: str, assigned: list[Assignment], time: float) -> None:
+        """The session takes a query's assignments in the experiments it has none in yet,
+        and in those where the query is earlier in event time than the one it has."""
+        known = self.sessions.get(session_id)
+        if known is None:
+            self.sessions[session_id] = list(assigned)
+            self.session_times[session_id] = [time] * len(assigned)
+            return
+        times = self.session_times[session_id]
+        for assignment in assigned:
+            at = next((i for i, a in enumerate(known) if a[0] == assignment[0]), None)
+            if at is None:
+                known.append(assignment)
+                times.append(time)
+            elif time < times[at]:
+                known[at] = assignment
+                times[at] = time
 
     def found_results(self, query_id: str) -> None:
         """A query counted as zero-result had results after all."""
@@ -296,11 +325,19 @@ class Experiments:
                 self.sums[e][v][CLICKED, b] += 1
 
     def converted(self, session_id: str) -> None:
-        for e, v, b in self.sessions.get(session_id, ()):
-            self.sums[e][v][CONVERSIONS, b] += 1
+        """A conversion of the session: counted for its variants when it closes (its queries
+        may come later)."""
+        self.conversions[session_id] = self.conversions.get(session_id, 0) + 1
 
-    def closed(self, session_id: str, clicked: bool, successful: bool) -> None:
-        """A session with a query closed."""
+    def closed(self, session_id: str, clicked: bool, successful: bool, queried: bool) -> (
+        None
+    ):
+        """A session closed: one with a query counts for the variants it was assigned."""
+        conversions = self.conversions.pop(session_id, 0)
+        if not queried:
+            return  # (a session without a query is not counted; its queries, if any
+            # arrived, belong to a later session of the same id)
+        self.session_times.pop(session_id, None)
         for e, v, b in self.sessions.pop(session_id, ()):
             row = self.sums[e][v]
             row[SESSIONS, b] += 1
@@ -308,6 +345,7 @@ class Experiments:
                 row[ABANDONED, b] += 1
             if successful:
                 row[SUCCESSFUL, b] += 1
+            row[CONVERSIONS, b] += conversions
 
     def snapshot(self) -> ExperimentsState:
         state = []
@@ -335,6 +373,8 @@ class Experiments:
                 [list(w[1]) for w in self.interleaved.values()],
                 [list(w[2]) for w in self.interleaved.values()],
             ),
+            {s: list(times) for s, times in self.session_times.items()},
+            dict(self.conversions),
         )
 
     @classmethod
@@ -388,11 +428,19 @@ class Experiments:
         for source, target in ((state.open_queries, self.queries),
                                (state.open_sessions, self.sessions)):
             for key, assigned in source.items():
-                found = [(moved[a[0]], a[1], a[2]) for a in assigned if len(a) == 3
-                         and a[0] in moved and 0 <= a[2] < self.configs[moved[a[0]]].buckets
+                times = state.open_session_times.get(key) if target is self.sessions else None
+                if times is None or len(times) != len(assigned):
+                    times = [float("-inf")] * len(assigned)  # (kept: no query is earlier)
+                found = [(moved[a[0]], a[1], a[2], t) for a, t in zip(assigned, times,
+                                                                      strict=True)
+                         if len(a) == 3 and a[0] in moved
+                         and 0 <= a[2] < self.configs[moved[a[0]]].buckets
                          and 0 <= a[1] < len(self.configs[moved[a[0]]].variants)]
                 if found:
-                    target[key] = found
+                    target[key] = [(e, v, b) for e, v, b, _ in found]
+                    if target is self.sessions:
+                        self.session_times[key] = [t for _, _, _, t in found]
+        self.conversions = {key: n for key, n in state.open_conversions.items() if n > 0}
         return self
 
 

@@ -415,8 +415,8 @@ class Sessions:
         """Told each query's first click (query id, seconds after it): the experiments."""
         self.clicked: Callable[[str, int], None] | None = None
         """Told each click credited to its query (query id, position): interleaving."""
-        self.closed: Callable[[str, bool, bool], None] | None = None
-        """Told each closed session with a query (id, clicked, successful): the
+        self.closed: Callable[[str, bool, bool, bool], None] | None = None
+        """Told each closed session (id, clicked, successful, whether it had a query): the
         experiments."""
         self.resolving = False
         """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
@@ -762,10 +762,12 @@ class Sessions:
             for i in range(0, len(orphans), 4):
                 self._unmatched(session, orphans[i], orphans[i + 3])
         if session.queries == 0:
+            if self.closed is not None:
+                self.closed(session_id, False, False, False)
             return  # a session counts only if it has a query
         if self.closed is not None:
             self.closed(session_id, bool(session.flags & CLICKED),
-                        bool(session.flags & SUCCESSFUL))
+                        bool(session.flags & SUCCESSFUL), True)
         c, counters = session.klass, self.counters
         counters.sessions[c] += 1
         if not session.flags & CLICKED:

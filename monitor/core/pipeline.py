@@ -441,7 +441,7 @@ class Pipeline:
                         values = self._values(event)
                     self.experiments.searched(
                         [values[i] for i in self._experiment_at], event.query_id,
-                        accepted[3], event.user_id or event.client_id, zero,
+                        accepted[3], event.user_id or event.client_id, zero, accepted[0],
                     )
                 if event.result_teams is not None:
                     self.experiments.interleave(event.query_id, event.result_teams)

@@ -20,6 +20,7 @@ from monitor.serve.report import report
 from monitor.state import codec
 from monitor.state.checkpoint import restore_unit
 from monitor.state.codec import UnitState
+from tests.support.checkpoints import round_trip
 from tests.support.events import click, conversion, line, query, stamp
 
 RANKER = {"id": "ranker", "attribute": "ranker", "control": "A", "split": {"A": 0.5, "B": 0.5}}
@@ -230,3 +231,64 @@ def test_the_report_and_metrics_shape() -> None:
         assert {"metric", "control", "treatment", "delta", "relative", "ci95", "p",
                 "p_adjusted", "cs95", "verdict"} <= set(comparison)
     json.dumps(result)
+
+
+def test_a_session_counts_in_each_experiment_by_its_first_query_there_in_event_time() -> None:
+    """Sessions whose queries are in one experiment, the other or both, switching variant,
+    with conversions before, between and after them; the lines shuffled within the allowed
+    lateness, and restored from a checkpoint half-way: per experiment and variant, the
+    sessions and conversions of an independent count, the same for every order."""
+    layout = {"id": "layout", "attribute": "layout", "control": "old",
+              "split": {"old": 0.5, "new": 0.5}, "unit": "session"}
+    rank = {**RANKER, "unit": "session"}
+    rng = random.Random(3)
+    events: list[tuple[float, bytes]] = []
+    sessions: dict[str, Counter[str]] = {"ranker": Counter(), "layout": Counter()}
+    conversions: dict[str, Counter[str]] = {"ranker": Counter(), "layout": Counter()}
+    for s in range(300):
+        at = s * 4000.0
+        session = f"s{s}"
+        first: dict[str, str] = {}
+        converted = 0
+        for n in range(rng.randint(1, 4)):
+            at += rng.uniform(1, 20)
+            if rng.random() < 0.3:
+                events.append((at, conversion(f"{session}v{n}", at, session)))
+                converted += 1
+                continue
+            given: dict[str, Any] = {}
+            if rng.random() < 0.7:
+                given["ranker"] = rng.choice("AB")
+            if rng.random() < 0.5:
+                given["layout"] = rng.choice(["old", "new"])
+            for name, attribute in (("ranker", "ranker"), ("layout", "layout")):
+                if attribute in given:
+                    first.setdefault(name, given[attribute])
+            events.append((at, query(f"{session}q{n}", at, session, f"{session}q{n}", **given)))
+        for name, variant in first.items():  # (a session in an experiment has a query)
+            sessions[name][variant] += 1
+            conversions[name][variant] += converted
+    config = configured(rank, layout)
+    in_order = [data for _, data in events]
+    shuffled = [data for _, data in sorted(events, key=lambda e: e[0] + rng.uniform(0, 60))]
+    results = []
+    for lines in (in_order, shuffled):
+        pipeline = Pipeline(config)
+        for n, data in enumerate(lines):
+            if n == len(lines) // 2:
+                pipeline = round_trip(pipeline)
+            assert pipeline.feed(data) is None
+        pipeline.close()
+        results.append(report(pipeline)["experiments"])
+    for result in results:
+        for name in ("ranker", "layout"):
+            variants = result[name]["variants"]
+            assert {v: variants[v]["sessions"] for v in variants} == {
+                v: sessions[name][v] for v in variants}, name
+            for v in variants:
+                expected = (conversions[name][v] / sessions[name][v]
+                            if sessions[name][v] else None)
+                found = variants[v]["conversions_per_session"]
+                assert (found is None) == (expected is None)
+                assert found is None or abs(found - expected) < 1e-12, (name, v)
+    assert results[0] == results[1]
