@@ -47,6 +47,10 @@ class _Rule:
         return self.pattern is None or self.pattern.search(text) is not None
 
 
+MAX_CLASS_CHARS: Final = 100
+"""The longest declared class that may become one (a label value); a longer one is no
+class."""
+
 MEMBER: Final = 0
 JOINED: Final = 1
 WAITING: Final = 2
@@ -209,7 +213,8 @@ class QueryClasses:
                 if add and not self.learned.settled:
                     self.learned.saw(query_class, time)
                 return found
-            if not self.fixed and query_class and query_class != ALL:
+            if (not self.fixed and query_class and query_class != ALL
+                    and len(query_class) <= MAX_CLASS_CHARS):
                 declared = self._declared(query_class, text, add, time, watermark)
                 if declared is not None:
                     return declared

@@ -57,6 +57,8 @@ MERGE_AT = 65536
 """Unit hashes gathered before they are merged into the sorted array of a variant."""
 MAX_PAIRS = 20
 """Pairs of interleaved rankers counted at most (their names come from the events)."""
+MAX_RANKER_CHARS = 100
+"""The longest ranker name an interleaved pair is counted under (a label value)."""
 Assignment = tuple[int, int, int]
 """(experiment index, variant index, bucket) of a query or session."""
 
@@ -230,8 +232,8 @@ class Experiments:
     def interleave(self, query_id: str, teams: list[str]) -> None:
         """A query whose results two rankers contributed (team-draft interleaving)."""
         names = sorted(set(teams))
-        if len(names) != 2:
-            return  # one ranker, or more than two: no pairwise preference
+        if len(names) != 2 or max(map(len, names)) > MAX_RANKER_CHARS:
+            return  # one ranker, or more than two (or a name no label may hold): no preference
         pair = (names[0], names[1])
         if pair not in self.pairs:
             if len(self.pairs) >= MAX_PAIRS:

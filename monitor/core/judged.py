@@ -54,6 +54,9 @@ from monitor.offline.spec import RECALL_LEVELS, MeasureSpec, parse_measure
 
 SOURCES = ("sample", "live", "implicit")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))
+AGREEMENT = frozenset(("raters", "cohen_kappa", "fleiss_kappa", "krippendorff_alpha"))
+"""The raters' agreement statistics a judgment may carry (exported by name)."""
+
 BATCH = 1024
 OVERALL = -1
 """Class index of the overall figures (exported as query_class="all")."""
@@ -697,8 +700,10 @@ class Judged:
         self, sample_id: str, time: float, klass: int, text: str, ranking: Sequence[str],
         labels: dict[str, int], agreement: Mapping[str, float] | None = None,
     ) -> None:
-        if agreement:
-            self.agreement = (sample_id, dict(agreement))
+        if agreement:  # the statistics ``judgments import`` writes; the rest are no label
+            kept = {name: value for name, value in agreement.items() if name in AGREEMENT}
+            if kept:
+                self.agreement = (sample_id, kept)
         self.judgment_clock = max(self.judgment_clock, time)
         self.settle(self.judgment_clock)
         sample = self.open_samples.get(sample_id)

@@ -298,7 +298,7 @@ def _aggregation_only(request: Any) -> bool:
             return False
         try:
             request = json.loads(request)
-        except ValueError:
+        except (ValueError, RecursionError):  # unreadable, or nested too deep: a search
             return False
     return isinstance(request, dict) and request.get("size") == 0
 

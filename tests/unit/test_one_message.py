@@ -22,7 +22,7 @@ from monitor.inputs.files import sort_time
 from monitor.run.worker import PartitionStates
 from monitor.serve.report import report
 from tests.support.adversarial import ADVERSARIAL, deep, deep_objects, good_traffic
-from tests.support.events import query
+from tests.support.events import query, stamp
 
 KEY = ("search-events", 0)
 
@@ -212,3 +212,31 @@ def test_a_live_list_that_repeats_a_result_is_scored_with_its_first_place(
     assert found == scores(list(dict.fromkeys(repeated)))
     live = [counts for (_, source), (counts, _) in found.items() if source == "live"]
     assert live and all(sum(counts) == 1100 for counts in live)
+
+
+def test_no_label_value_grows_with_what_one_message_says() -> None:
+    """A declared class, a rater-agreement statistic and an interleaved ranker's name come
+    from the messages: a long or unknown one never becomes a label value, and the messages
+    still count."""
+    from monitor.core.export import export
+
+    pipeline = Pipeline(Config())
+    long = "x" * 100_000
+    assert pipeline.feed(query("q1", 0, "s1", "q1", klass=long)) is None
+    assert pipeline.feed(query("q2", 1, "s2", "q2", klass="y" * 100)) is None
+    teams = [long, "b"] * 5
+    assert pipeline.feed(query("q3", 2, "s3", "q3", result_teams=teams)) is None
+    judgment = {"type": "judgment", "sample_id": "s", "timestamp": stamp(3), "query_id": "j",
+                "query_text": "t", "ranking": ["a"], "labels": {"a": 1},
+                "agreement": {**{f"k{n}": 0.5 for n in range(1000)}, "raters": 3}}
+    assert pipeline.feed(json.dumps(judgment).encode()) is None
+    record = {"user_query": "deep", "query_id": "u1", "client_id": "c",
+              "timestamp": stamp(4), "query": '{"size":0,"q":' + "[" * 100_000}
+    assert pipeline.feed(json.dumps(record).encode()) is None
+    pipeline.close()
+    figures = export(pipeline)
+    assert {part.slice[0] for part in figures.slices} == {"other", "travel", "y" * 100}
+    assert sum(part.count("queries") for part in figures.slices) == 4
+    assert figures.interleaving == ()
+    assert pipeline.judged.agreement == ("s", {"raters": 3.0})
+    assert not any(pipeline.health.rejected.values())
