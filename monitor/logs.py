@@ -117,6 +117,23 @@ def spellings(secret: str) -> set[str]:
 
 _PLAIN = logging.Formatter()
 
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+class TextLines(logging.Formatter):
+    """``time level logger: message``, one line per record (an exception's lines below it).
+    A message may quote what a message said (a rejection's detail): its control characters
+    and line separators are shown escaped, so no input forges a log line or drives a
+    terminal."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = _CONTROLS.sub(_escaped, record.message)
+        return super().formatMessage(record)
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return repr(found.group())[1:-1]
+
 
 def setup(
     level: Level = "info", form: Format = "text", unsafe: bool = False,
@@ -129,7 +146,7 @@ def setup(
     handler = logging.StreamHandler()
     handler.setFormatter(
         JsonLines() if form == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        else TextLines("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     handler.addFilter(Redact(secrets))
     root = logging.getLogger()

@@ -42,8 +42,8 @@ def command(args: argparse.Namespace) -> int:
         try:
             report = json.loads(_fetch(url, "/queries" + ("?" + asked if asked else "")))
         except ValueError:
-            raise UsageError(f"{url}: not a searchmon endpoint (its /queries is not JSON)"
-                             ) from None
+            raise UsageError(f"{shown_url(url)}: not a searchmon endpoint (its /queries is "
+                             "not JSON)") from None
     else:
         if args.url is not None:  # replicas: their summaries merge as the partitions' did
             try:
@@ -86,6 +86,7 @@ def _fetch(base: str, path: str) -> bytes:
     import urllib.request
 
     url = base.rstrip("/") + path
+    shown = shown_url(url)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=30) as answer:
@@ -95,7 +96,21 @@ def _fetch(base: str, path: str) -> bytes:
         from monitor.serve.queries import printable  # the answer is anybody's text
 
         raise UsageError(
-            f"{url}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
+            f"{shown}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
         ) from None
     except (urllib.error.URLError, OSError) as error:
-        raise UsageError(f"{url}: {getattr(error, 'reason', error)}") from None
+        raise UsageError(f"{shown}: {getattr(error, 'reason', error)}") from None
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error may show it: a password in it masked."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = f"{parts.username}:***@" if parts.username else "***@"
+        return urlunsplit(parts._replace(netloc=user + parts.netloc.rpartition("@")[2]))
+    except ValueError:  # (a port that is no number): nothing of it shown but the scheme
+        return url.partition(":")[0] + ":..."

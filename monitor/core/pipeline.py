@@ -699,7 +699,7 @@ class Pipeline:
     def _future(self, stamp: int | str) -> Rejection:
         ahead = self.config.sessions.max_future
         return Rejection(Reason.FUTURE_TIMESTAMP, (
-            f"timestamp {stamp} is more than {ahead:g} s ahead of "
+            f"timestamp {str(stamp)[:40]} is more than {ahead:g} s ahead of "
             f"{_utc(self.sessions.horizon - ahead)}"
         ))
 

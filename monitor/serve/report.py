@@ -16,7 +16,7 @@ from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.core.pipeline import Pipeline
 from monitor.core.slices import slice_key
 from monitor.serve.quality import data_quality
-from monitor.serve.queries import query_report
+from monitor.serve.queries import printable, query_report
 
 
 def _online_entry(parts: Iterable[SliceFigures]) -> dict[str, Any]:
@@ -152,7 +152,10 @@ TABLE_COLUMNS = (
 
 
 def _columns(rows: list[list[str]]) -> str:
-    """Rows as fixed-width columns, the first left-aligned, the others right-aligned."""
+    """Rows as fixed-width columns, the first left-aligned, the others right-aligned; class
+    and dimension values come from the events: a control character is shown escaped, never
+    sent to the terminal."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "".join(
         "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
@@ -208,14 +211,14 @@ def format_table(result: dict[str, Any]) -> str:
                 ])
         text += _columns(rows)
     for accepted in result["acceptances"]:
-        text += (
+        text += printable(
             f"\nbaseline accepted at {accepted['time']} by {accepted['by']}: sample "
             f"{accepted['sample']} for {accepted['query_class'] or 'every class'}, "
             f"{accepted['measure'] or 'every measure'} ({accepted['reason']})"
-            + ("" if accepted["applied"] else " - not applied: sample not kept") + "\n"
-        )
+            + ("" if accepted["applied"] else " - not applied: sample not kept")
+        ) + "\n"
     for warning in result["data_quality"]["warnings"]:
-        text += f"\ndata quality: {warning}\n"
+        text += f"\ndata quality: {printable(warning)}\n"
     rejected = result["rejected"]
     if rejected:
         text += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))

@@ -7,6 +7,8 @@ import json
 import logging
 import uuid
 
+import pytest
+
 from monitor import logs
 
 
@@ -45,3 +47,34 @@ def test_every_spelling_of_a_configured_secret_is_masked() -> None:
     assert "ValueError" in json.loads(lines[5])["exception"]
     assert protocol == [False] * 4, "kafka-python's protocol records stay out at debug"
     assert unsafe and logging.getLogger("kafka").isEnabledFor(logging.DEBUG) is False
+
+
+def test_a_text_line_never_carries_what_a_message_could_forge_or_send_a_terminal() -> None:
+    stream = io.StringIO()
+    logs.setup("info", "text")
+    handler = logging.getLogger().handlers[0]
+    handler.setStream(stream)  # type: ignore[attr-defined]
+    try:
+        logging.getLogger("searchmon.lines-test").warning(
+            "rejected: %s", "label 'a\nFAKE ERROR line\x1b[2J\u2028x\x85'"
+        )
+        try:
+            raise ValueError("one\ntwo")
+        except ValueError:
+            logging.getLogger("searchmon.lines-test").exception("failed")
+    finally:
+        logs.setup("info")
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("rejected: label 'a\\nFAKE ERROR line\\x1b[2J\\u2028x\\x85'")
+    assert lines[1].endswith("failed") and lines[2] == "Traceback (most recent call last):"
+    assert not any("\x1b" in line for line in lines)
+
+
+def test_top_never_shows_the_password_of_the_url_it_could_not_reach(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from monitor.cli.main import main
+
+    code = main(["top", "--url", "http://alice:S3cretPW@127.0.0.1:1"])
+    error = capsys.readouterr().err
+    assert code == 2 and "S3cretPW" not in error and "alice:***@127.0.0.1:1" in error

@@ -240,3 +240,13 @@ def test_no_label_value_grows_with_what_one_message_says() -> None:
     assert figures.interleaving == ()
     assert pipeline.judged.agreement == ("s", {"raters": 3.0})
     assert not any(pipeline.health.rejected.values())
+
+
+def test_the_replay_table_shows_control_characters_of_a_class_escaped() -> None:
+    from monitor.serve.report import format_table
+
+    pipeline = Pipeline(Config())
+    assert pipeline.feed(query("q1", 0, "s1", "q1", klass="cls\x1b[2J\nx")) is None
+    pipeline.close()
+    table = format_table(report(pipeline, lists=False))
+    assert "\x1b" not in table and "cls\\x1b[2J\\nx" in table
