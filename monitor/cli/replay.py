@@ -20,7 +20,8 @@ from monitor.core.admission import OutOfOrder, feed
 from monitor.core.export import Export, export
 from monitor.core.history import History
 from monitor.core.pipeline import Pipeline, RejectionLog
-from monitor.inputs.files import Line, lines, sorted_lines
+from monitor.inputs.files import Line, Sorting, lines, sorted_lines
+from monitor.inputs.timestamps import zone
 
 if TYPE_CHECKING:
     from monitor.serve.openmetrics import Steps
@@ -101,7 +102,8 @@ def replay_input(
         pipeline = Pipeline(config)
         if history is not None:
             history.clear()
-        feed(pipeline, sampled(sorted_lines(events), pipeline, history), log, now=now)
+        sorting = Sorting(zone(config.input.naive_timezone), zone(config.ubi.naive_timezone))
+        feed(pipeline, sampled(sorted_lines(events, sorting), pipeline, history), log, now=now)
     else:
         attempt.flush_into(log)
     if judgments:

@@ -480,9 +480,13 @@ class Pipeline:
         and it found nothing only if no record had hits (a search that found nothing
         becomes one that found something, in every count that took it as zero-result)."""
         search = self._searches.get(event.query_id)
-        if search is None or search.shown is None:
-            return  # forgotten, or its results were not logged: its impressions count
+        if search is None:
+            return  # forgotten
         shown = search.shown
+        if shown is None:  # the first record did not log its hits: this one does
+            if not event.results_known:
+                return  # nor this one: its impressions count
+            shown = search.shown = set()
         new = [doc for doc in event.result_ids if doc not in shown]
         if not new:
             return

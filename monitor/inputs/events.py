@@ -326,6 +326,9 @@ class Stamped(msgspec.Struct):
     """Any message's timestamp alone: what sorting an input by event time reads of a line."""
 
     timestamp: int | str | None = None
+    type: Any = None
+    """Given (a native event or judged message): its naive times are ``[input]``'s; absent
+    (a UBI record): ``[ubi]``'s."""
 
 
 _ANY_JSON = msgspec.json.Decoder()

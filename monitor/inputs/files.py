@@ -11,7 +11,7 @@ import json
 import struct
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -107,12 +107,13 @@ def _unwrap_update(line: bytes) -> bytes:
     return line
 
 
-def sorted_lines(paths: list[Path]) -> Iterator[Line]:
+def sorted_lines(paths: list[Path], sorting: Sorting | None = None) -> Iterator[Line]:
     """Every line of ``paths`` in event time order (then in file order), in bounded memory.
 
     A line's time is read cheaply (its ``timestamp`` only); a line without a readable time
     sorts first (it is rejected when fed, with its position). Runs of ``RUN_LINES`` lines are
     sorted in memory; longer inputs spill each run to a temporary file and merge them."""
+    sorting = sorting or _SORTING
     sources = [str(path) for path in paths]
     index = {source: number for number, source in enumerate(sources)}
     with tempfile.TemporaryDirectory(prefix="searchmon-sort-") as scratch:
@@ -122,7 +123,8 @@ def sorted_lines(paths: list[Path]) -> Iterator[Line]:
         for path in paths:
             for source, number, line, hint in lines(path):
                 sequence += 1
-                run.append((sort_time(line), sequence, index[source], number, line, hint))
+                run.append((sort_time(line, sorting), sequence, index[source], number, line,
+                            hint))
                 if len(run) == RUN_LINES:
                     run.sort()
                     runs.append(_spill(run, Path(scratch) / f"run-{len(runs)}"))
@@ -162,20 +164,30 @@ def _read_run(path: Path) -> Iterator[tuple[float, int, int, int, bytes, str | N
 _STAMP = msgspec.json.Decoder(Stamped)
 
 
-_SORTING = Timestamps(UTC)
-"""The timestamp policy, with naive times read as UTC: for sorting only (each line is read
-under its own format's policy when it is fed)."""
+class Sorting:
+    """The timestamp policies lines are sorted by: naive times in the zone their format's
+    configuration names (``[input]`` for a line with ``type``, ``[ubi]`` for one without),
+    else UTC (such a line is rejected when it is fed; only its place is at stake)."""
+
+    def __init__(self, native: tzinfo | None = None, ubi: tzinfo | None = None) -> None:
+        self.native = Timestamps(native or UTC)
+        self.ubi = Timestamps(ubi or UTC)
 
 
-def sort_time(line: bytes) -> float:
+_SORTING = Sorting()
+
+
+def sort_time(line: bytes, sorting: Sorting = _SORTING) -> float:
     """The event time of a line for sorting (-inf when it has none it can be sorted by)."""
     if line[:1] != b"{":
         line, _ = indexed(line, None)  # ``<index>\t<json>``
     try:
-        stamp = _STAMP.decode(line).timestamp
+        stamped = _STAMP.decode(line)
     except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return float("-inf")  # rejected when fed, with its position
+    stamp = stamped.timestamp
     if stamp is None:
         return float("-inf")
-    time = _SORTING.read(stamp)
+    policy = sorting.native if stamped.type is not None else sorting.ubi
+    time = policy.read(stamp)
     return float("-inf") if isinstance(time, Rejection) else time

@@ -177,3 +177,43 @@ def test_a_click_without_a_query_id_counts_as_a_click_on_no_known_query(tmp_path
     result = report(replay_files(Config(), [path], [], RejectionLog(0)))
     assert result["rejected"] == {}
     assert result["online"]["all"]["clicks"] == 1 and result["unmatched_clicks"] == 1
+
+
+def test_an_input_sorted_by_event_time_reads_naive_ubi_times_in_their_zone(
+    tmp_path: Path,
+) -> None:
+    """An unordered file (replayed sorted by event time): a naive UBI time is placed in
+    ``[ubi] naive_timezone``, as it is read when fed, not as UTC (which would put it hours
+    off, among events it is not with)."""
+    def record(n: int, stamp: str) -> str:
+        return json.dumps({"query_id": f"q{n}", "client_id": f"c{n}", "user_query": "x",
+                           "query_response_hit_ids": ["a"], "timestamp": stamp}) + "\n"
+
+    later = [record(n, f"2024-06-01T{9 + n // 20:02d}:{n % 20 * 3:02d}:00.000Z")
+             for n in range(40)]
+    earlier = [record(100 + n, f"2024-06-01T08:{n * 3:02d}:00.000Z") for n in range(20)]
+    naive = record(99, "2024-06-01T06:00:00")  # 10:00 UTC in New York (summer time)
+    path = tmp_path / "ubi.jsonl"
+    path.write_text("".join([*later, naive, *earlier]))
+    config = Config.model_validate({"ubi": {"naive_timezone": "America/New_York"}})
+    result = report(replay_files(config, [path], [], RejectionLog(0)))
+    assert result["rejected"] == {} and result["online"]["all"]["queries"] == 61
+
+
+@pytest.mark.parametrize("hits_first", [False, True])
+def test_records_of_one_search_with_and_without_hits_count_its_hits(
+    hits_first: bool, tmp_path: Path
+) -> None:
+    """A search logged twice (by the client, without hits, and by the server, with them):
+    its results whatever record came first."""
+    bare = {"query_id": "q1", "client_id": "c1", "user_query": "laptop",
+            "timestamp": "2024-06-01T10:00:00.000Z"}
+    full = {**bare, "timestamp": "2024-06-01T10:00:01.000Z",
+            "query_response_hit_ids": ["d1", "d2"]}
+    records = [full, bare] if hits_first else [bare, full]
+    path = tmp_path / "ubi.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = report(replay_files(Config(), [path], [], RejectionLog(0)))
+    entry = result["online"]["all"]
+    assert (entry["queries"], entry["result_impressions"], entry["zero_result_queries"]) == (
+        1, 2, 0)
