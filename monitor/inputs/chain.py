@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
+import msgspec
+
 from monitor.config import Config
 from monitor.inputs.brackets import brackets
 from monitor.inputs.events import (
@@ -22,6 +24,7 @@ from monitor.inputs.events import (
     JudgedMessage,
     Reason,
     Rejection,
+    json_value,
     nested_deeper,
     too_deep,
     too_large,
@@ -79,7 +82,27 @@ class DecoderChain:
             other = decoder.decode(data, hint)
             if other is not None:
                 return other
+        hit = search_hit(data, hint)
+        if hit is not None:  # a document as a search returns it: its ``_source`` is read
+            return self.read(*hit)
         return UNRECOGNISED
+
+
+def search_hit(data: bytes, hint: str | None) -> tuple[bytes, str | None] | None:
+    """A search hit (``{"_index": ..., "_id": ..., "_source": {...}}``: a line of an
+    elasticdump or ``_search`` export): its document, and its index as the hint; None for
+    any other message (a hit's ``_source`` is read once: one that is a hit again is not)."""
+    try:
+        value = json_value(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return None
+    if type(value) is not dict:
+        return None
+    document = value.get("_source")
+    if type(document) is not dict or "_source" in document:
+        return None
+    index = value.get("_index")
+    return msgspec.json.encode(document), index if type(index) is str else hint
 
 
 MAX_INDEX_NAME = 255

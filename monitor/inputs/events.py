@@ -329,6 +329,8 @@ class Stamped(msgspec.Struct):
     type: Any = None
     """Given (a native event or judged message): its naive times are ``[input]``'s; absent
     (a UBI record): ``[ubi]``'s."""
+    source: Any = msgspec.field(default=None, name="_source")
+    """A search hit's document (then its timestamp and type are the document's)."""
 
 
 _ANY_JSON = msgspec.json.Decoder()

@@ -37,6 +37,8 @@ BULK_ACTIONS = tuple(
     for action in ("index", "create", "update", "delete") for space in ("", " ")
 )
 """How the action lines of an OpenSearch ``_bulk`` export begin."""
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark some tools write at the start of a file."""
 RUN_LINES = 200_000
 """Lines sorted in memory at a time when an input must be sorted by event time; longer
 inputs are sorted in runs of this many lines, kept in temporary files, then merged."""
@@ -47,28 +49,37 @@ exported from (None outside ``_bulk`` exports)."""
 
 
 def lines(path: Path) -> Iterator[Line]:
-    """The lines of a file as they are. A file whose first line is a ``_bulk`` action is
-    a ``_bulk`` export: its action lines become the hint of the document line after them (a
-    ``delete`` action has none)."""
+    """The lines of a file as they are (a UTF-8 byte order mark before the first dropped).
+    A file whose first line that is not blank is a ``_bulk`` action is a ``_bulk`` export:
+    its action lines become the hint of the document line after them (a ``delete`` action
+    has none)."""
     source = str(path)
     with open_events(path) as stream:
         first = stream.readline()
+        if first.startswith(BOM):
+            first = first[len(BOM):]
+        number = 1
+        while first and not first.strip():  # (each rejected when fed: not JSON)
+            yield source, number, first, None
+            first = stream.readline()
+            number += 1
         if not first:
             return
         if first.startswith(BULK_ACTIONS) and _bulk_action(first) is not None:
-            yield from _bulk_lines(source, first, stream)
+            yield from _bulk_lines(source, first, stream, number)
             return
-        yield source, 1, first, None
+        yield source, number, first, None
         # zipped in C: no Python frame resumed per line
         yield from zip(
-            itertools.repeat(source), itertools.count(2), stream, itertools.repeat(None)
+            itertools.repeat(source), itertools.count(number + 1), stream,
+            itertools.repeat(None),
         )
 
 
-def _bulk_lines(source: str, first: bytes, stream: BinaryIO) -> Iterator[Line]:
+def _bulk_lines(source: str, first: bytes, stream: BinaryIO, start: int) -> Iterator[Line]:
     hint: str | None = None
     expect_document = False
-    for number, line in enumerate(itertools.chain([first], stream), 1):
+    for number, line in enumerate(itertools.chain([first], stream), start):
         if line.startswith(BULK_ACTIONS) and not expect_document:
             action = _bulk_action(line)
             if action is not None:
@@ -185,9 +196,11 @@ def sort_time(line: bytes, sorting: Sorting = _SORTING) -> float:
         stamped = _STAMP.decode(line)
     except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return float("-inf")  # rejected when fed, with its position
-    stamp = stamped.timestamp
-    if stamp is None:
+    stamp, kind = stamped.timestamp, stamped.type
+    if stamp is None and type(stamped.source) is dict:  # a search hit: its document's
+        stamp, kind = stamped.source.get("timestamp"), stamped.source.get("type")
+    if type(stamp) is not int and type(stamp) is not str:
         return float("-inf")
-    policy = sorting.native if stamped.type is not None else sorting.ubi
+    policy = sorting.native if kind is not None else sorting.ubi
     time = policy.read(stamp)
     return float("-inf") if isinstance(time, Rejection) else time

@@ -1,9 +1,10 @@
 """The one timestamp policy every input format reads event times by.
 
-A timestamp is integer epoch milliseconds (0 to the end of year 9999), or an ISO 8601 string
-read by ``datetime.fromisoformat`` (RFC 3339 with ``Z`` or an offset, and the other forms it
-knows, with or without fractions). A string without an offset is ambiguous: it is rejected
-(``naive_timestamp``) unless the format's configuration names a zone to read it in
+A timestamp is integer epoch milliseconds (0 to the end of year 9999), the same written as a
+string of digits (as UBI's ``epoch_millis``), or an ISO 8601 string read by
+``datetime.fromisoformat`` (RFC 3339 with ``Z`` or an offset, and the other forms it knows,
+with or without fractions; a lower-case ``z`` too). A string without an offset is ambiguous:
+it is rejected (``naive_timestamp``) unless the format's configuration names a zone to read it in
 (``[input] naive_timezone`` for native events, ``[ubi] naive_timezone`` for UBI records,
 which log local times more often than not).
 """
@@ -80,6 +81,11 @@ class Timestamps:
         try:
             parsed = fromisoformat(stamp)
         except ValueError:
+            if 0 < len(stamp) <= 16 and stamp.isascii() and stamp.isdigit():
+                return self.read(int(stamp))  # epoch milliseconds as a string (UBI allows)
+            if stamp[-1:] == "z":  # RFC 3339 allows a lower-case "z" (and "t": read)
+                upper = self.read(stamp[:-1] + "Z")
+                return upper if type(upper) is not Rejection else _malformed(stamp)
             return _malformed(stamp)
         if parsed.tzinfo is None:
             if self.naive is None:

@@ -59,6 +59,9 @@ def test_native_query_decodes_with_unknown_fields_ignored() -> None:
         ("2026-11-22T10:00:05Z", 1795341605.0),
         ("2026-11-22T10:00:05.250Z", 1795341605.25),
         ("2026-11-22T12:00:05+02:00", 1795341605.0),
+        ("1790000000123", 1_790_000_000.123),  # epoch milliseconds as a string (UBI)
+        ("2026-11-22t10:00:05.250z", 1795341605.25),  # RFC 3339 allows lower case
+        ("2026-11-22T10:00:05z", 1795341605.0),
     ],
 )
 def test_timestamps(stamp: int | str, seconds: float) -> None:
@@ -302,3 +305,10 @@ def test_a_query_whose_results_were_not_logged_needs_no_result_ids() -> None:
         rejected = decode(json.dumps(document).encode())
         assert isinstance(rejected, Rejection) and rejected.reason is Reason.SCHEMA, document
         assert problem in rejected.detail and "result_ids" in rejected.detail, rejected
+
+
+@pytest.mark.parametrize("stamp", ["", "z", "12a", "-1790000000123", "2026-11-22x", "1.5"])
+def test_malformed_timestamps_are_rejected_as_they_were_given(stamp: str) -> None:
+    found = Timestamps().read(stamp)
+    assert isinstance(found, Rejection) and found.reason is Reason.SCHEMA
+    assert repr(stamp) in found.detail

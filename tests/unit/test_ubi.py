@@ -217,3 +217,27 @@ def test_records_of_one_search_with_and_without_hits_count_its_hits(
     entry = result["online"]["all"]
     assert (entry["queries"], entry["result_impressions"], entry["zero_result_queries"]) == (
         1, 2, 0)
+
+
+def test_search_hits_exported_one_per_line_give_the_hand_computed_metrics(
+    tmp_path: Path,
+) -> None:
+    """Documents as a search returns them (elasticdump, ``_search`` piped line by line):
+    each record is a hit's ``_source`` and its index the hit's ``_index``; events first,
+    so the replay sorts them by their documents' times."""
+    hits = [{"_index": index, "_id": str(n), "_score": 1.0, "_source": document}
+            for n, (index, document) in enumerate(
+                [("ubi_events", e) for e in EVENTS] + [("ubi_queries", q) for q in QUERIES])]
+    data = "".join(json.dumps(hit) + "\n" for hit in hits).encode()
+    check(replayed(tmp_path, {"hits.jsonl": data}))
+
+
+def test_a_byte_order_mark_and_blank_lines_before_a_bulk_export_change_nothing(
+    tmp_path: Path,
+) -> None:
+    data = bulk([("ubi_queries", q) for q in QUERIES] + [("ubi_events", e) for e in EVENTS])
+    (tmp_path / "ubi.ndjson").write_bytes(b"\xef\xbb\xbf\n  \n" + data)
+    pipeline = replay_files(Config(), [tmp_path / "ubi.ndjson"], [], RejectionLog(0))
+    result = report(pipeline)
+    assert result["rejected"] == {"invalid_json": 2}  # the blank lines, said where they are
+    check(result)
