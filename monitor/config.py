@@ -454,9 +454,9 @@ class ImplicitConfig(Section):
 class UbiConfig(Section):
     """How OpenSearch UBI records become events (docs/reference/events.md)."""
 
-    click_actions: list[str] = [
-        "click", "click_through", "item_click", "product_click", "global_click",
-    ]
+    click_actions: list[str] = ["click", "click_through", "item_click", "product_click"]
+    """A click on a result. Not ``global_click``: the UBI client's click anywhere on the page,
+    whose object is a screen position (counting it made zero-result queries look clicked)."""
     conversion_actions: list[str] = ["add_to_cart", "purchase", "product_purchase"]
     impression_actions: list[str] = ["impression"]
     ordinal_base: int = Field(default=0, ge=0, le=1)
