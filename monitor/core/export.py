@@ -194,6 +194,8 @@ class Export:
     """Clicks, impressions and conversions whose query never came (data quality)."""
     reused_query_ids: Int = 0
     impressions_without_position: Int = 0
+    unlisted_queries: Int = 0
+    """Queries counted without their result list (data quality)."""
     merged_query_records: Int = 0
     folded_values: dict[str, Int] = field(default_factory=dict)
     """Per dimension: queries whose value counted as ``other``."""
@@ -365,6 +367,7 @@ def export(pipeline: Pipeline) -> Export:
         unmatched_clicks=sessions.unmatched_clicks, unmatched_events=sessions.unmatched_events,
         reused_query_ids=health.reused_query_ids,
         impressions_without_position=health.impressions_without_position,
+        unlisted_queries=health.unlisted_queries,
         merged_query_records=health.merged_query_records,
         scores=scores, skipped_scores=judged.skipped,
         open_sessions=sessions.open_count, newest=finite_or_none(sessions.newest),
@@ -456,7 +459,7 @@ def combine(
     scores: dict[tuple[str, Slice, str], tuple[list[int], list[float]]] = {}
     rejected = dict.fromkeys((r.value for r in Reason), 0)
     accepted = ignored = judged = unmatched = skipped = orphans = reused = unplaced = 0
-    merged = 0
+    merged = unlisted = 0
     folded: dict[str, int] = {}
     labels = SLICE_LABELS
     for part, sign in counted:
@@ -494,6 +497,7 @@ def combine(
         orphans += sign * part.unmatched_events
         reused += sign * part.reused_query_ids
         unplaced += sign * part.impressions_without_position
+        unlisted += sign * part.unlisted_queries
         merged += sign * part.merged_query_records
         skipped += sign * part.skipped_scores
         for reason, count in part.rejected.items():
@@ -514,6 +518,7 @@ def combine(
         accepted=accepted, rejected=rejected, ignored_actions=ignored, judged_messages=judged,
         unmatched_clicks=unmatched, unmatched_events=orphans, reused_query_ids=reused,
         impressions_without_position=unplaced, merged_query_records=merged,
+        unlisted_queries=unlisted,
         scores=tuple(
             ScoreFigures(source, key, measure, HistogramFigures(tuple(counts), total[0]))
             for (source, key, measure), (counts, total) in scores.items()

@@ -102,12 +102,19 @@ def _health_3_to_4(document: Any) -> Any:
     return document
 
 
+def _health_4_to_5(document: Any) -> Any:
+    """Version 4 did not count the queries that logged no result list: none so far."""
+    if isinstance(document, dict):
+        document["unlisted_queries"] = 0
+    return document
+
+
 class Health:
     """The daemon's own counters (``searchmon_*``), the data-quality ones among them."""
 
-    VERSION: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 5
     MIGRATIONS: ClassVar[Mapping[int, Migration]] = {
-        1: _health_1_to_2, 2: _health_2_to_3, 3: _health_3_to_4,
+        1: _health_1_to_2, 2: _health_2_to_3, 3: _health_3_to_4, 4: _health_4_to_5,
     }
     """A reason added since starts at 0 without one."""
 
@@ -115,7 +122,7 @@ class Health:
         self, accepted: int = 0, rejected: dict[Reason, int] | None = None,
         ignored_actions: int = 0, judged_messages: int = 0, reused_query_ids: int = 0,
         impressions_without_position: int = 0, merged_query_records: int = 0,
-        folded_values: dict[str, int] | None = None,
+        folded_values: dict[str, int] | None = None, unlisted_queries: int = 0,
     ) -> None:
         self.accepted = accepted
         self.rejected = rejected if rejected is not None else dict.fromkeys(Reason, 0)
@@ -130,6 +137,9 @@ class Health:
         self.folded_values = folded_values if folded_values is not None else {}
         """Per dimension: queries whose value counted as ``other`` (outside the closed
         set)."""
+        self.unlisted_queries = unlisted_queries
+        """Queries counted without their result list (``results_known`` false, a UBI query
+        record without hit ids)."""
 
     @property
     def events_read(self) -> int:
@@ -143,7 +153,7 @@ class Health:
             self.accepted, {reason.value: n for reason, n in self.rejected.items()},
             self.ignored_actions, self.judged_messages, self.reused_query_ids,
             self.impressions_without_position, self.merged_query_records,
-            dict(self.folded_values),
+            dict(self.folded_values), self.unlisted_queries,
         )
 
     @classmethod
@@ -153,7 +163,8 @@ class Health:
         rejected.update({Reason(name): n for name, n in state.rejected.items()})
         return cls(state.accepted, rejected, state.ignored_actions, state.judged_messages,
                    state.reused_query_ids, state.impressions_without_position,
-                   state.merged_query_records, dict(state.folded_values))
+                   state.merged_query_records, dict(state.folded_values),
+                   state.unlisted_queries)
 
 
 @dataclass(slots=True)
@@ -457,6 +468,7 @@ class Pipeline:
                         self._join_live(klass, accepted[0], text, event.result_ids)
                 else:  # its impressions will say what was shown
                     sessions.await_impressions(event.query_id, text)
+                    self.health.unlisted_queries += 1
             elif type(event) is ImpressionEvent and not event.position:
                 self.health.impressions_without_position += 1
             elif type(event) is ConversionEvent and self._experiment_at:
@@ -487,6 +499,7 @@ class Pipeline:
             if not event.results_known:
                 return  # nor this one: its impressions count
             shown = search.shown = set()
+            self.health.unlisted_queries -= 1
         new = [doc for doc in event.result_ids if doc not in shown]
         if not new:
             return

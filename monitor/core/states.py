@@ -179,6 +179,7 @@ class HealthState:
     impressions_without_position: Int
     merged_query_records: Int
     folded_values: dict[str, Int]
+    unlisted_queries: Int
 
 
 @dataclass(frozen=True)

@@ -348,6 +348,8 @@ CATALOGUE: tuple[Family, ...] = (
              "never came to their session (data quality).", lambda f: f.unmatched_events),
     _counter("searchmon_reused_query_ids", "Queries whose query_id came before with another "
              "session or text (data quality).", lambda f: f.reused_query_ids),
+    _counter("searchmon_unlisted_queries", "Queries counted without their result list "
+             "(data quality).", lambda f: f.unlisted_queries),
     _counter("searchmon_impressions_without_position", "Impressions that carry no position "
              "(data quality: they rebuild no served list).",
              lambda f: f.impressions_without_position),

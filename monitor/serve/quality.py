@@ -45,6 +45,13 @@ def data_quality(figures: Export) -> dict[str, Any]:
             "their session: CTR and impressions miss them (queries not logged, or another "
             "session id)"
         )
+    unlisted = figures.unlisted_queries
+    if unlisted > SHARE * queries:
+        warnings.append(
+            f"{unlisted:,} of {queries:,} queries logged no result list: the zero-result rate "
+            "counts them as queries that found something unless their result_count says 0, "
+            "and only their impressions show what they served"
+        )
     if figures.impressions_without_position:
         warnings.append(
             f"{figures.impressions_without_position:,} impressions have no position: the "
@@ -64,6 +71,7 @@ def data_quality(figures: Export) -> dict[str, Any]:
         "reused_query_ids": figures.reused_query_ids,
         "unmatched_events": figures.unmatched_events,
         "impressions_without_position": figures.impressions_without_position,
+        "unlisted_queries": unlisted,
         "sessions": sessions,
         "successful_sessions": successful,
         "abandoned_sessions": abandoned,

@@ -242,3 +242,21 @@ def test_a_byte_order_mark_and_blank_lines_before_a_bulk_export_change_nothing(
     result = report(pipeline)
     assert result["rejected"] == {"invalid_json": 2}  # the blank lines, said where they are
     check(result)
+
+
+def test_queries_without_their_result_list_are_counted_and_warned_of(tmp_path: Path) -> None:
+    """The Chorus export: 20 of its 48 searches are another application's, which logs no
+    hits; a search whose first record has no hits and whose second has them is listed."""
+    from tests.support.files import DATA
+
+    export_file = DATA / "ubi-real" / "chorus-ubi-subset.ndjson.gz"
+    quality = report(replay_files(Config(), [export_file], [], RejectionLog(0)))["data_quality"]
+    assert quality["unlisted_queries"] == 20
+    assert any(w.startswith("20 of 48 queries logged no result list") for w in quality["warnings"])
+    bare = {"query_id": "q1", "client_id": "c1", "user_query": "laptop",
+            "timestamp": "2024-06-01T10:00:00.000Z"}
+    full = {**bare, "timestamp": "2024-06-01T10:00:01.000Z", "query_response_hit_ids": ["d1"]}
+    path = tmp_path / "ubi.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (bare, full)))
+    assert report(replay_files(Config(), [path], [], RejectionLog(0)))["data_quality"][
+        "unlisted_queries"] == 0
