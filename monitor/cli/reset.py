@@ -1,6 +1,7 @@
 """``searchmon reset``: start over, as Kafka Streams' application reset tool does. The state is
-moved aside (never deleted) and the consumer group's committed offsets of the events and
-judgments topics are set to the earliest, the latest, or those of a time.
+moved aside (never deleted) and the consumer group's committed offsets of the events topic
+are set to the earliest, the latest, or those of a time; those of the judgments topic to the
+earliest (the qrels, samples and baselines are read again).
 
 Every replica of the group must be stopped: a running one would write its state back. The
 local one holds the state directory's lock (checked); the group's coordinator refuses to
@@ -80,16 +81,22 @@ def _offsets(config: Config, to: str | float) -> dict[tuple[str, int], int]:
         if not partitions:
             raise UsageError(f"reset: neither {kafka.events_topic} nor {kafka.judgments_topic} "
                              "has a partition")
-        if to == "earliest":
-            found = consumer.beginning_offsets(partitions)
-        else:
-            found = _ends(consumer, partitions)
+        # the judgments topic from its start whatever ``to`` says: the state moved aside
+        # held its qrels, samples and baselines, which only reading it again gives back
+        judged = [tp for tp in partitions if tp.topic != kafka.events_topic]
+        events = [tp for tp in partitions if tp.topic == kafka.events_topic]
+        found = dict(consumer.beginning_offsets(judged)) if judged else {}
+        if events and to == "earliest":
+            found.update(consumer.beginning_offsets(events))
+        elif events:
+            ends = _ends(consumer, events)
             if not isinstance(to, str):
-                stamps = consumer.offsets_for_times({tp: int(to) for tp in partitions})
-                found = {
-                    tp: stamp.offset if stamp is not None else found[tp]  # none since: the end
+                stamps = consumer.offsets_for_times({tp: int(to) for tp in events})
+                ends = {
+                    tp: stamp.offset if stamp is not None else ends[tp]  # none since: the end
                     for tp, stamp in stamps.items()
                 }
+            found.update(ends)
         return {(tp.topic, tp.partition): int(offset) for tp, offset in found.items()}
     finally:
         consumer.close()

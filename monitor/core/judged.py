@@ -1149,10 +1149,20 @@ class Judged:
             verdict: bool | None = None
             if comparison.shared >= config.min_shared_queries:
                 verdict = cell in significant and comparison.delta < -config.min_drop
-            self.verdicts[cell] = Verdict(
-                sample.sample_id, baseline.sample_id, comparison, verdict
+            # ok on part of the baseline's queries only (a class missing from the sample):
+            # under ``last_good``, no news for a regression, and no new baseline
+            partial = verdict is False and config.baseline == LAST_GOOD and not covers(
+                len(results[cell][2]), baseline, cell[0]
             )
-            if verdict:
+            news = verdict is not None and not partial
+            if news or cell not in self.flagged:  # (one flagged lasts, shown by its last verdict)
+                self.verdicts[cell] = Verdict(
+                    sample.sample_id, baseline.sample_id, comparison, verdict
+                )
+            if not news:  # too few shared queries to tell
+                if config.baseline == LAST_GOOD:
+                    self.baselines[cell] = baseline  # the next sample is compared with it
+            elif verdict:
                 since = self.flagged.get(cell)
                 self.flagged[cell] = (
                     Flagged(sample.sample_id, sample.last, 1) if since is None
@@ -1160,7 +1170,7 @@ class Judged:
                 )
                 if config.baseline == LAST_GOOD:
                     self.baselines[cell] = baseline  # the regression is compared with it
-            elif verdict is False:  # quality is back (None, too few queries: no news)
+            else:  # quality is back
                 self.flagged.pop(cell, None)
                 if config.baseline == LAST_GOOD:
                     self.baselines.pop(cell, None)  # this sample, the newest: the baseline
@@ -1201,9 +1211,10 @@ class Judged:
             else:
                 self.baselines[cell] = chosen  # under a pin: a pin of its own
             verdict = self.verdicts.get(cell)
-            if verdict is not None and verdict.regression:
+            if verdict is not None and verdict.regression:  # accepted: no regression now,
+                # the comparison still the one it was (its baseline named with it)
                 self.verdicts[cell] = Verdict(
-                    verdict.sample_id, chosen.sample_id, verdict.comparison, False
+                    verdict.sample_id, verdict.baseline_id, verdict.comparison, False
                 )
         return accepted
 
@@ -1493,6 +1504,20 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
         {klass: list(sums)
          for klass, sums in zip(state.curve_classes, state.curve_sums, strict=True)},
     )
+
+
+COVERAGE = 0.9
+"""Under ``last_good``, the share of a cell's baseline queries a sample not flagged must share
+with it to become the cell's baseline (one that lacks a class is no baseline for ``all``)."""
+
+
+def covers(shared: int, baseline: Sample, klass: int) -> bool:
+    """Whether ``shared`` queries are at least ``COVERAGE`` of ``baseline``'s in the cell of
+    ``klass`` (OVERALL: all of them)."""
+    queries = len(baseline.scores) if klass == OVERALL else sum(
+        1 for k, _ in baseline.scores.values() if k == klass
+    )
+    return shared >= COVERAGE * queries
 
 
 def _ranked(rankings: Sequence[Sequence[str]], labels: Sequence[Mapping[str, int]]) -> (

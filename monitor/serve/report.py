@@ -211,8 +211,8 @@ def format_table(result: dict[str, Any]) -> str:
                 ])
         text += _columns(rows)
     for accepted in result["acceptances"]:
-        text += printable(
-            f"\nbaseline accepted at {accepted['time']} by {accepted['by']}: sample "
+        text += "\n" + printable(
+            f"baseline accepted at {accepted['time']} by {accepted['by']}: sample "
             f"{accepted['sample']} for {accepted['query_class'] or 'every class'}, "
             f"{accepted['measure'] or 'every measure'} ({accepted['reason']})"
             + ("" if accepted["applied"] else " - not applied: sample not kept")

@@ -969,9 +969,13 @@ def test_reset_starts_over_from_the_earliest_or_the_latest_offsets(
     """`searchmon reset` moves the state aside and sets the group's committed offsets: the
     next start counts the topic anew from the earliest (as one daemon that never ran), or
     nothing of it from the latest; it refuses while the daemon runs; the log says where a
-    partition without a checkpoint starts reading and why."""
+    partition without a checkpoint starts reading and why. The judgments topic is read
+    again from its start whatever the events' point (its qrels were in the state)."""
     broker.create_topics({"reset-events": 2, "reset-judgments": 1})
     broker.produce("reset-events", generated(29, 5))
+    qrels = {"type": "qrels", "timestamp": "2026-01-01T00:00:00Z", "query_text": "red shoes",
+             "labels": {"d1": 1}}
+    broker.produce("reset-judgments", [(None, json.dumps(qrels).encode())])
     messages = read_back(broker, "reset-events", 2)
     total = sum(map(len, messages))
     kafka = 'events_topic = "reset-events"\njudgments_topic = "reset-judgments"\n'
@@ -1006,17 +1010,19 @@ def test_reset_starts_over_from_the_earliest_or_the_latest_offsets(
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=30)
 
-    first = run_until_read(total)
+    first = run_until_read(total + 1)  # the events and the qrels message
     done = reset("earliest")
     assert done.returncode == 0, done.stderr
     assert "reset-events/0: 0" in done.stdout and "moved checkpoints" in done.stdout
     assert list(tmp_path.glob("state/reset-*/checkpoints/*.ckpt"))
-    again = run_until_read(total)
+    again = run_until_read(total + 1)
     assert online_counts(again) == online_counts(first) == counts_of(expected(messages))
     assert "no checkpoint: reading from the group's committed offset 0" in log_of(tmp_path)
     done = reset("latest")
     assert done.returncode == 0, done.stderr
     ends = {f"reset-events/{p}: {len(m)}" for p, m in enumerate(messages)}
     assert all(line in done.stdout for line in ends), done.stdout
+    assert "reset-judgments/0: 0" in done.stdout, "the judgments are read again"
     after = run_until_read(0)
-    assert after.get("searchmon_events_read_total", 0.0) == 0.0
+    assert after.get("searchmon_judged_messages_total", 0.0) == 1.0  # the qrels, again
+    assert after.get("searchmon_events_read_total", 0.0) == 1.0  # and no event

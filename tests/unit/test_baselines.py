@@ -226,12 +226,14 @@ def sample(judged: Judged, sample_id: str, at: float, good: bool, klass: int = 1
 
 def test_a_sample_too_small_for_a_verdict_does_not_end_a_regression() -> None:
     """The class is absent from one sample (no verdict): the regression stays flagged against
-    the last good sample, and the next broken sample is still a regression (2 samples)."""
+    the last good sample, shown by its last verdict (exported, so no alert resolves), and the
+    next broken sample is still a regression (2 samples)."""
     judged = offline()
     sample(judged, "s1", 0, good=True)
     sample(judged, "s2", 1000, good=False)
     sample(judged, "s3", 2000, good=True, klass=2, first=100)
-    assert judged.verdicts[(1, 0)].regression is None
+    assert judged.verdicts[(1, 0)].regression is True
+    assert judged.verdicts[(1, 0)].sample_id == "s2"
     assert judged.flagged[(1, 0)].samples == 1 and judged.baselines[(1, 0)].sample_id == "s1"
     sample(judged, "s4", 3000, good=False)
     assert judged.verdicts[(1, 0)].regression is True
@@ -287,3 +289,48 @@ def test_the_pinned_newest_sample_restores_as_one_sample() -> None:
     again.accept(1100, None, None, None, None, "r", "me")
     sample(again, "s2", 2000, good=True)
     assert [s.sample_id for s in again.snapshot().held] == []
+
+
+def test_a_sample_too_small_for_a_verdict_is_no_baseline_for_the_next() -> None:
+    """Under ``last_good``, a class absent from a sample keeps its baseline: the next sample,
+    broken, is compared with the last good one and flagged, not with the sample that had
+    nothing to compare."""
+    judged = offline()
+    sample(judged, "s1", 0, good=True)
+    sample(judged, "s2", 1000, good=True)
+    assert judged.verdicts[(1, 0)].regression is False
+    sample(judged, "s3", 2000, good=True, klass=2, first=100)
+    assert judged.verdicts[(1, 0)].regression is None
+    sample(judged, "s4", 3000, good=False)
+    assert judged.verdicts[(1, 0)].regression is True
+    assert judged.verdicts[(1, 0)].baseline_id == "s2"
+
+
+def test_a_sample_without_a_class_neither_clears_nor_rebases_the_overall_regression() -> None:
+    """Class 1 breaks from s2 on; s3 lacks class 1: the overall figures, ok on class 2's
+    queries alone, stay flagged against s1, and s4 is still compared with s1."""
+    judged = offline()
+
+    def both(sample_id: str, at: float, good: bool, with_class_1: bool = True) -> None:
+        for klass, first, right in ((1, 0, good), (2, 100, True)):
+            if klass == 1 and not with_class_1:
+                continue
+            for i in range(first, first + 30):
+                judged.judgment(sample_id, at + i * 0.01, klass, f"q{i}",
+                                ["d1"] if right else ["x"], {"d1": 1})
+        judged.settle(at + 1000)
+
+    both("s1", 0, good=True)
+    both("s2", 1000, good=False)
+    assert judged.verdicts[(OVERALL, 0)].regression is True
+    both("s3", 2000, good=False, with_class_1=False)
+    assert judged.verdicts[(OVERALL, 0)].sample_id == "s2", "the regression's verdict stands"
+    assert judged.flagged[(OVERALL, 0)].samples == 1
+    both("s4", 3000, good=False)
+    verdict = judged.verdicts[(OVERALL, 0)]
+    assert verdict.regression is True and verdict.baseline_id == "s1"
+    assert judged.flagged[(OVERALL, 0)].samples == 2
+    judged.accept(4000, "s4", None, None, None, "intended", "on-call")
+    accepted = judged.verdicts[(OVERALL, 0)]
+    assert accepted.regression is False and (OVERALL, 0) not in judged.flagged
+    assert (accepted.sample_id, accepted.baseline_id) == ("s4", "s1"), "its own comparison"
