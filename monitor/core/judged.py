@@ -17,6 +17,7 @@ any other value names a pinned sample.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -54,6 +55,8 @@ from monitor.offline.spec import RECALL_LEVELS, MeasureSpec, parse_measure
 
 SOURCES = ("sample", "live", "implicit")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))
+log = logging.getLogger(__name__)
+
 AGREEMENT = frozenset(("raters", "cohen_kappa", "fleiss_kappa", "krippendorff_alpha"))
 """The raters' agreement statistics a judgment may carry (exported by name)."""
 
@@ -708,6 +711,10 @@ class Judged:
         self.settle(self.judgment_clock)
         sample = self.open_samples.get(sample_id)
         if sample is None:
+            if any(done.sample_id == sample_id for done in self.completed):
+                log.warning("judged sample %r had completed (no message for [offline] "
+                            "sample_quiet) when another of its judgments came: it makes a "
+                            "sample of its own, too small for a verdict", sample_id[:100])
             sample = self.open_samples[sample_id] = Sample(sample_id, time, time)
         sample.last = max(sample.last, time)
         sample.pending += 1

@@ -4,6 +4,7 @@ sample until it ends or a baseline message accepts it; since when; the state kee
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -334,3 +335,17 @@ def test_a_sample_without_a_class_neither_clears_nor_rebases_the_overall_regress
     accepted = judged.verdicts[(OVERALL, 0)]
     assert accepted.regression is False and (OVERALL, 0) not in judged.flagged
     assert (accepted.sample_id, accepted.baseline_id) == ("s4", "s1"), "its own comparison"
+
+
+def test_a_judgment_after_its_sample_completed_changes_no_verdict(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    judged = offline()
+    sample(judged, "s1", 0, good=True)
+    sample(judged, "s2", 1000, good=True)
+    with caplog.at_level(logging.WARNING):
+        judged.judgment("s2", 1500, 1, "q0", ["d1"], {"d1": 1})  # late: s2 had completed
+    assert "'s2' had completed" in caplog.text
+    sample(judged, "s3", 2000, good=False)
+    verdict = judged.verdicts[(1, 0)]
+    assert verdict.regression is True and verdict.baseline_id == "s2"
