@@ -10,6 +10,7 @@ trec_eval's grammar is printed as trec_eval prints it (``ndcg_cut.5,10`` gives
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Sequence
@@ -52,6 +53,8 @@ GRAMMAR_HELP = (
     "trec_eval names such as P_5, P.5, recall_100, map, map_cut.10, ndcg, ndcg_cut.10, "
     "recip_rank, Rprec, bpref, success.1, gm_map are accepted too"
 )
+
+log = logging.getLogger(__name__)
 
 
 class MeasureNameError(ValueError):
@@ -256,9 +259,15 @@ def parse_requested(texts: Sequence[str]) -> list[Named]:
     order (``trec_order``), a measure named with parameters (``-m all_trec -m P.5``) printed
     with those only, not with its defaults too."""
     asked: list[tuple[Named, bool]] = []
+    given: set[str | None] = set()  # the families named with parameters so far
     for text in texts:
         defaulted = text.strip() in TREC_NICKNAMES or text.strip() in TREC_MEASURES
-        asked += [(named, defaulted) for named in parse_named(text)]
+        found = parse_named(text)
+        if not defaulted and _split_trec(text.strip())[0] is not None:
+            # as trec_eval: of a measure's -m options with parameters the first is the one
+            found = [named for named in found if trec_family(named[1]) not in given]
+            given |= {trec_family(spec) for _, spec in found}
+        asked += [(named, defaulted) for named in found]
     explicit = {trec_family(spec) for (_, spec), defaulted in asked if not defaulted}
     return trec_order([
         named for named, defaulted in asked
@@ -361,9 +370,10 @@ def _is_our_name(text: str) -> bool:
 def _from_trec(text: str, trec: str, params: str) -> list[MeasureSpec]:
     measure = TREC_MEASURES[trec]
     name = measure.ours
-    if measure.params == "none":
-        # map.5 is not map_cut.5: trec_eval's map takes no cutoff
-        raise MeasureNameError(f"measure {text!r}: {trec} takes no cutoff")
+    if measure.params == "none":  # trec_eval reads map.5 as map (map_cut.5 is AP at 5)
+        log.warning("measure %r: %s takes no parameter: read as %s, as trec_eval reads it",
+                    text, trec, trec)
+        return [MeasureSpec(name)]
     items = [item for item in params.split(",") if item.strip()]
     if not items:
         raise MeasureNameError(f"measure {text!r}: {trec} needs parameters after its name")
@@ -434,6 +444,9 @@ def _relevance(text: str, value: str) -> int:
 
 
 def _cutoff(text: str, k: str) -> int:
+    k = k.strip()
+    if k[:1] == "+":  # (read with atol by trec_eval)
+        k = k[1:]
     if not k.isdigit() or not 1 <= int(k) <= INT64_MAX:
         raise MeasureNameError(
             f"measure {text!r}: cutoff must be a positive integer (64-bit), got {k!r}"

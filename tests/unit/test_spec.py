@@ -13,6 +13,7 @@ from monitor.offline.spec import (
     parse_measure,
     parse_measures,
     parse_named,
+    parse_requested,
     trec_eval_name,
     trec_order,
 )
@@ -206,7 +207,6 @@ def test_trec_eval_name_exists_only_for_trec_eval_measures(spec: MeasureSpec) ->
         ("P@9223372036854775808", r"cutoff must be a positive integer \(64-bit\)"),
         ("Judged(denom=retrieved)@99999999999999999999", "cutoff must be a positive integer"),
         ("MRR@10", "unknown measure"),
-        ("map.5", "takes no cutoff"),
         ("Success", "needs @k"),
         ("", "unknown measure"),
     ],
@@ -233,3 +233,18 @@ def test_trec_names_are_put_in_trec_evals_order_and_ours_follow_as_asked() -> No
     assert [name for name, _ in trec_order(asked)] == [
         "map", "P_5", "P_20", "ndcg_cut_10", "nDCG@5", "AP"
     ]
+
+
+def test_trec_names_as_trec_eval_reads_them_its_first_parameters_and_parameters_it_ignores(
+) -> None:
+    """A measure without parameters ignores those given (``map.5`` is map, not AP at 5); a
+    cutoff is read with atol (``+10``); of two ``-m`` options of one measure the first
+    counts (``-m P.10 -m P.5`` prints P_10 only)."""
+    assert parse_named("map.5") == parse_named("map")
+    assert parse_named("binG.1=2") == parse_named("binG")
+    assert [name for name, _ in parse_named("P.5,+10")] == ["P_5", "P_10"]
+    assert [name for name, _ in parse_requested(["P.10", "P.5"])] == ["P_10"]
+    assert [name for name, _ in parse_requested(["all_trec", "P.5"]) if name.startswith("P_")
+            ] == ["P_5"]
+    assert [name for name, _ in parse_requested(["P.5", "ndcg_cut.10", "nDCG@5"])] == [
+        "P_5", "ndcg_cut_10", "nDCG@5"]
