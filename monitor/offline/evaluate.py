@@ -45,6 +45,9 @@ class RankedRun:
     shared_queries: int
     lists: RankedLists
     run_id: str
+    relevant_lines: int | None = None
+    """With ``complete`` (``-c``): the qrels lines labelled above 0, whatever the relevance
+    level: trec_eval's num_rel summary then (``te_calc_avg_num_rel``)."""
 
 
 def rank_run(
@@ -53,7 +56,8 @@ def rank_run(
     """``run`` ranked against ``qrels``; ``max_docs``: only the top that many documents of
     each ranking count (trec_eval ``-M``), the rest is discarded."""
     query_ids, shared, lists = _rank(qrels, run, complete, max_docs)
-    return RankedRun(query_ids, shared, lists, run.run_id)
+    relevant = int(np.count_nonzero(qrels.labels > 0)) if complete else None
+    return RankedRun(query_ids, shared, lists, run.run_id, relevant)
 
 
 def evaluate_ranked(ranked: RankedRun, specs: Sequence[MeasureSpec]) -> Evaluation:
@@ -61,6 +65,8 @@ def evaluate_ranked(ranked: RankedRun, specs: Sequence[MeasureSpec]) -> Evaluati
     lists = ranked.lists
     values = {spec: score(lists, spec) for spec in specs}
     summary = {s: aggregate(s, v) for s, v in values.items()}
+    if ranked.relevant_lines is not None:  # -c: num_rel sums the qrels as trec_eval does
+        summary.update((s, float(ranked.relevant_lines)) for s in specs if s.name == "num_rel")
     texts = {spec: relstring(lists, spec) for spec in specs if shown(spec) == "text"}
     return Evaluation(ranked.query_ids, values, summary, ranked.shared_queries, ranked.run_id,
                       texts)

@@ -156,3 +156,14 @@ def test_output_is_trec_evals_byte_for_byte(
     files = [str(DATA / a) if (DATA / a).is_file() else a for a in arguments]
     assert main(["eval", *files]) == 0
     assert capsys.readouterr().out == (DATA / expected).read_text()
+
+
+def test_with_complete_the_num_rel_summary_counts_the_qrels_as_trec_eval_does() -> None:
+    """trec_eval's num_rel summary under -c counts the qrels lines labelled above 0, of every
+    query and whatever -l says (``te_calc_avg_num_rel``); per query, -l counts."""
+    qrels = parse_qrels((DATA / "qrels.rel_level").read_bytes(), "qrels.rel_level")
+    run = parse_run((DATA / "results.trunc").read_bytes(), "results.trunc")
+    spec = MeasureSpec("num_rel").with_relevance_level(2)
+    found = evaluate(qrels, run, [spec], complete=True)
+    assert found.summary[spec] == int((qrels.labels > 0).sum()) == 559
+    assert sum(found.values[spec]) == 97
