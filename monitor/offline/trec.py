@@ -16,7 +16,6 @@ import io
 import math
 import mmap
 import os
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -170,9 +169,7 @@ def parse_qrels(data: Data, source: str, *, path: str | None = None) -> Qrels:
     ``path``, if given, is the file that holds ``data``: the C reader reads it from there.
     """
     data, path = _without_byte_order_mark(data, path)
-    columns = None if _underscored(data, _QRELS_LABEL) else (
-        _fast_columns(data, 4, (0, 2, 3), "i8", path)
-    )
+    columns = _fast_columns(data, 4, (0, 2, 3), "i8", path)
     if columns is not None:
         qids, docs, values = columns
         labels = _integers(values)
@@ -191,9 +188,7 @@ def parse_run(data: Data, source: str, *, path: str | None = None) -> Run:
     if given, is the file that holds ``data``: the C reader reads it from there.
     """
     data, path = _without_byte_order_mark(data, path)
-    columns = None if _underscored(data, _RUN_SCORE) else (
-        _fast_columns(data, 6, (0, 2, 4), "f8", path)
-    )
+    columns = _fast_columns(data, 6, (0, 2, 4), "f8", path)
     if columns is not None:
         qids, docs, values = columns
         scores = _floats(values)
@@ -288,16 +283,6 @@ def _without_byte_order_mark(data: Data, path: str | None) -> tuple[Data, str | 
     if data[: len(BYTE_ORDER_MARK)] == BYTE_ORDER_MARK:
         return data[len(BYTE_ORDER_MARK):], None
     return data, path
-
-
-_QRELS_LABEL = re.compile(rb"^[ \t]*(?:[^\s]+[ \t]+){3}[^\s]*_", re.MULTILINE)
-_RUN_SCORE = re.compile(rb"^[ \t]*(?:[^\s]+[ \t]+){4}[^\s]*_", re.MULTILINE)
-"""A line whose label (qrels) or score (run) holds ``_``: Python and numpy read ``1_0`` as 10,
-C's ``atol`` and ``atof`` (trec_eval) as 1; such a number is refused, with its line."""
-
-
-def _underscored(data: Data, column: re.Pattern[bytes]) -> bool:
-    return data.find(b"_") >= 0 and column.search(data) is not None
 
 
 def _integers(values: npt.NDArray[np.generic]) -> IntArray | None:
@@ -527,8 +512,6 @@ def _parse_qrels_by_line(data: Data, source: str) -> Qrels:
             )
         _check_no_nul(where, fields)
         try:
-            if b"_" in fields[3]:
-                raise ValueError  # (int() reads 1_0 as 10, trec_eval as 1)
             label = int(fields[3])
         except ValueError:
             raise TrecFormatError(
@@ -564,8 +547,6 @@ def _parse_run_by_line(data: Data, source: str) -> Run:
             )
         _check_no_nul(where, fields)
         try:
-            if b"_" in fields[4]:
-                raise ValueError  # (float() reads 1_0 as 10, trec_eval as 1)
             score = float(fields[4])
         except ValueError:
             raise TrecFormatError(

@@ -163,17 +163,6 @@ def test_scores_beyond_a_double_are_infinite_and_nan_is_refused() -> None:
             trec.parse_run(b"q Q0 a 1 1 t\nq Q0 b 2 " + score + b" t\n", "r")
 
 
-def test_a_number_with_an_underscore_is_refused_where_python_and_c_read_it_apart() -> None:
-    """Python (and numpy) read ``1_0`` as 10, C's atol and atof (trec_eval) as 1: refused,
-    with its line, rather than read differently; an underscore in an id is an id."""
-    with pytest.raises(trec.TrecFormatError, match="q:2: expected an integer relevance label"):
-        trec.parse_qrels(b"q_1 0 doc_a 1\nq_1 0 doc_b 1_0\n", "q")
-    with pytest.raises(trec.TrecFormatError, match="r:2: expected a number as score"):
-        trec.parse_run(b"q Q0 doc_a 1 2.5 run_1\nq Q0 doc_b 2 1_0 run_1\n", "r")
-    assert trec.parse_qrels(b"q_1 0 doc_a 1\n", "q").labels.tolist() == [1]
-    assert trec.parse_run(b"q Q0 doc_a 1 2.5 run_1\n", "r").scores.tolist() == [2.5]
-
-
 def test_empty_files_parse_to_nothing() -> None:
     assert len(trec.parse_qrels(b"", "q").labels) == 0
     assert len(trec.parse_qrels(b"\xef\xbb\xbf# nothing\n\n", "q")) == 0
