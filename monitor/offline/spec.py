@@ -10,7 +10,6 @@ trec_eval's grammar is printed as trec_eval prints it (``ndcg_cut.5,10`` gives
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Sequence
@@ -53,8 +52,6 @@ GRAMMAR_HELP = (
     "trec_eval names such as P_5, P.5, recall_100, map, map_cut.10, ndcg, ndcg_cut.10, "
     "recip_rank, Rprec, bpref, success.1, gm_map are accepted too"
 )
-
-log = logging.getLogger(__name__)
 
 
 class MeasureNameError(ValueError):
@@ -371,8 +368,12 @@ def _from_trec(text: str, trec: str, params: str) -> list[MeasureSpec]:
     measure = TREC_MEASURES[trec]
     name = measure.ours
     if measure.params == "none":  # trec_eval reads map.5 as map (map_cut.5 is AP at 5)
-        log.warning("measure %r: %s takes no parameter: read as %s, as trec_eval reads it",
-                    text, trec, trec)
+        import logging  # (only then: eval loads no logging)
+
+        logging.getLogger(__name__).warning(
+            "measure %r: %s takes no parameter: read as %s, as trec_eval reads it",
+            text, trec, trec,
+        )
         return [MeasureSpec(name)]
     items = [item for item in params.split(",") if item.strip()]
     if not items:
