@@ -7,7 +7,6 @@ the number of queries compared), so that the same files give the same p-values e
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from monitor.offline.curves import interpolated_precision, mean_curve
 from monitor.offline.evaluate import Evaluation, RankedRun, evaluate_ranked, rank_run
 from monitor.offline.measures import aggregate, geometric, score
 from monitor.offline.plots import RunFigures, evaluation_svg
+from monitor.offline.report import write_bytes_as_read
 from monitor.offline.spec import MeasureNameError, MeasureSpec, parse_named
 from monitor.offline.trec import Qrels, Run
 
@@ -72,7 +72,7 @@ def compare_runs(
     names = (str(args.run), str(args.run_b))
     counts = (len(a.query_ids), len(b.query_ids), shared)
     out = format_comparison_json if args.json else format_comparison_text
-    sys.stdout.write(out(names, counts, rows))
+    write_bytes_as_read(out(names, counts, rows))
     if figure_a is not None and figure_b is not None:
         write_plot(args, [path for path, _ in runs], [figure_a, figure_b])
     return EXIT_OK

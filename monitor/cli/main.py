@@ -577,7 +577,9 @@ def _eval(args: argparse.Namespace) -> int:
     for note in skipped_note(evaluation, measures):
         _eval_note(note)
     out = format_json if args.json else format_text
-    sys.stdout.write(out(evaluation, measures, args.per_query))
+    from monitor.offline.report import write_bytes_as_read
+
+    write_bytes_as_read(out(evaluation, measures, args.per_query))
     if figure is not None:
         from monitor.cli.eval_runs import write_plot
 
@@ -764,3 +766,4 @@ def _read(path: Path) -> tuple[Data, bool]:
         except (OSError, EOFError, zlib.error) as error:
             raise UsageError(f"cannot read {path}: not a whole gzip file ({error})") from None
     return data, False
+

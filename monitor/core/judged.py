@@ -1157,7 +1157,8 @@ class Judged:
             if comparison.shared >= config.min_shared_queries:
                 verdict = cell in significant and comparison.delta < -config.min_drop
             # ok on part of the baseline's queries only (a class missing from the sample):
-            # under ``last_good``, no news for a regression, and no new baseline
+            # under ``last_good``, no news for a regression, and no new baseline (nor is a
+            # sample too small for a verdict that lacks them)
             partial = verdict is False and config.baseline == LAST_GOOD and not covers(
                 len(results[cell][2]), baseline, cell[0]
             )
@@ -1167,8 +1168,10 @@ class Judged:
                     sample.sample_id, baseline.sample_id, comparison, verdict
                 )
             if not news:  # too few shared queries to tell
-                if config.baseline == LAST_GOOD:
-                    self.baselines[cell] = baseline  # the next sample is compared with it
+                if config.baseline == LAST_GOOD and not covers(
+                    len(results[cell][2]), baseline, cell[0]
+                ):  # (a class missing from the sample): the next is compared with the same
+                    self.baselines[cell] = baseline
             elif verdict:
                 since = self.flagged.get(cell)
                 self.flagged[cell] = (

@@ -109,7 +109,8 @@ def _rank(
 
     lists = RankedLists(labels, _offsets(counts), judged, _offsets(judged_counts), judgment >= 0)
     names = qrels.qids.vocab[evaluated]
-    query_ids = [q.decode("utf-8", "replace") for q in names.tolist()]
+    # bytes that are no UTF-8 kept apart, and printed back as they were
+    query_ids = [q.decode("utf-8", "surrogateescape") for q in names.tolist()]
     return query_ids, int(in_run.sum()), lists
 
 

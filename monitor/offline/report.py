@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -97,3 +98,16 @@ def skipped_note(evaluation: Evaluation, measures: Sequence[Named]) -> list[str]
         if skipped:
             notes.append(f"{name}: {skipped} queries without relevant judged documents skipped")
     return notes
+
+
+def write_bytes_as_read(text: str) -> None:
+    """``text`` to standard output with the bytes of the input it quotes as they were: an id
+    that is no UTF-8 was read with ``surrogateescape`` and prints byte for byte (as trec_eval
+    prints it)."""
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is None:  # (a text stream without bytes beneath)
+        sys.stdout.write(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        return
+    sys.stdout.flush()
+    raw.write(text.encode("utf-8", "surrogateescape"))
+    raw.flush()

@@ -206,7 +206,7 @@ def _last_tag(data: Data) -> str:
         start = data.rfind(b"\n", 0, end) + 1
         fields = bytes(data[start:end]).split()
         if fields and not fields[0].startswith(b"#"):
-            return fields[5].decode("utf-8", "replace") if len(fields) > 5 else ""
+            return fields[5].decode("utf-8", "surrogateescape") if len(fields) > 5 else ""
         end = start - 1
     return ""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,23 @@ def test_with_complete_the_num_rel_summary_counts_the_qrels_as_trec_eval_does() 
     found = evaluate(qrels, run, [spec], complete=True)
     assert found.summary[spec] == int((qrels.labels > 0).sum()) == 559
     assert sum(found.values[spec]) == 97
+
+
+def test_ids_that_are_no_utf8_print_byte_for_byte_and_stay_apart(tmp_path: Path) -> None:
+    """trec_eval prints the bytes of an id as they were; two ids that are no UTF-8 are two
+    queries, in the text and in --json."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "q").write_bytes(b"\xe8 0 d1 1\n\xe9 0 d1 1\n\xe9 0 d2 1\n")
+    (tmp_path / "r").write_bytes(b"\xe8 Q0 d1 1 3 r\xe9n\n\xe9 Q0 d1 1 3 r\xe9n\n")
+    command = [sys.executable, "-m", "monitor", "eval", "-q", "-m", "runid", "-m", "map",
+               str(tmp_path / "q"), str(tmp_path / "r")]
+    text = subprocess.run(command, capture_output=True, check=True).stdout
+    assert text == (b"map                   \t\xe8\t1.0000\nmap                   \t\xe9\t0.5000\n"
+                    b"runid                 \tall\tr\xe9n\n"
+                    b"map                   \tall\t0.7500\n")  # trec_eval 10's bytes
+    found = json.loads(subprocess.run([*command, "--json"], capture_output=True,
+                                      check=True).stdout)
+    assert found["map"] == dict([(chr(0xDCE8), 1.0), (chr(0xDCE9), 0.5), ("all", 0.75)])
