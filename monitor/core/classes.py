@@ -65,11 +65,10 @@ class EventTimeSet:
     A name whose first event is earlier than that of the newest member the watermark has
     not passed takes its place (that member waits, ``pending``). While the set is full but
     not settled, a name outside it waits too, with its first event time, since an earlier
-    event of it may still come; at most ``max_pending`` names wait (past that, a new name
-    that is not among the first is out at once, and a member losing its place does not
-    wait; a name among the first joins however many wait). Once the watermark has passed
-    every member's first event the set is ``settled``: final (the watermark only advances, a
-    first event time only moves back).
+    event of it may still come; at most ``max_pending`` names wait (past that, a new name is
+    out at once: that bounds the names that ever lose their place, whose figures are kept
+    to be given back). Once the watermark has passed every member's first event the set is
+    ``settled``: final (the watermark only advances, a first event time only moves back).
     A configured set (``listed``) is fixed. Used by the query classes and by each dimension
     of the slices."""
 
@@ -131,19 +130,19 @@ class EventTimeSet:
             pending.pop(name, None)
             self.first[name] = time
             return JOINED, None
+        if waited is None and len(pending) >= self.max_pending:
+            return OUT, None
         newest = self.newest_open(watermark)
         if newest is None:
             return OUT, None
-        if time < self.first[newest]:  # however many wait: it is among the first
+        if time < self.first[newest]:
             if not add:
                 return NEW, None
+            pending[newest] = self.first.pop(newest)  # it waits now
             pending.pop(name, None)
-            first = self.first.pop(newest)
-            if len(pending) < self.max_pending:
-                pending[newest] = first  # it waits now
             self.first[name] = time
             return JOINED, newest
-        if not may_wait or (waited is None and len(pending) >= self.max_pending):
+        if not may_wait:
             return OUT, None
         if not add:
             return (WAITING if waited is not None else NEW), None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -187,9 +188,9 @@ class ExperimentsState:
     open_queries: dict[str, list[list[Int]]]
     open_sessions: dict[str, list[list[Int]]]
     interleaved: InterleavedState | None = None
-    open_session_times: dict[str, list[float]] = field(default_factory=dict)
-    """Per open session, the event time of each assignment's query (``open_sessions``);
-    absent (older states): the assignments stay."""
+    open_session_times: dict[str, list[float | None]] = field(default_factory=dict)
+    """Per open session, the event time of each assignment's query (``open_sessions``); None
+    or absent (older states): no query is earlier."""
     open_conversions: dict[str, Int] = field(default_factory=dict)
     """Conversions of the open sessions, counted when they close."""
 
@@ -327,8 +328,8 @@ class Experiments:
                 self.sums[e][v][CLICKED, b] += 1
 
     def converted(self, session_id: str) -> None:
-        """A conversion of the session: counted for its variants when it closes (its queries
-        may come later)."""
+        """A conversion applied to the session (in event time, its session resolved): counted
+        for its variants when it closes (its first query may come later)."""
         self.conversions[session_id] = self.conversions.get(session_id, 0) + 1
 
     def closed(self, session_id: str, clicked: bool, successful: bool, queried: bool) -> (
@@ -375,7 +376,8 @@ class Experiments:
                 [list(w[1]) for w in self.interleaved.values()],
                 [list(w[2]) for w in self.interleaved.values()],
             ),
-            {s: list(times) for s, times in self.session_times.items()},
+            {s: [t if math.isfinite(t) else None for t in times]
+             for s, times in self.session_times.items()},
             dict(self.conversions),
         )
 
@@ -430,9 +432,10 @@ class Experiments:
         for source, target in ((state.open_queries, self.queries),
                                (state.open_sessions, self.sessions)):
             for key, assigned in source.items():
-                times = state.open_session_times.get(key) if target is self.sessions else None
-                if times is None or len(times) != len(assigned):
-                    times = [float("-inf")] * len(assigned)  # (kept: no query is earlier)
+                given = state.open_session_times.get(key) if target is self.sessions else None
+                if given is None or len(given) != len(assigned):
+                    given = [None] * len(assigned)
+                times = [float("-inf") if t is None else t for t in given]
                 found = [(moved[a[0]], a[1], a[2], t) for a, t in zip(assigned, times,
                                                                       strict=True)
                          if len(a) == 3 and a[0] in moved

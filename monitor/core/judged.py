@@ -1160,7 +1160,7 @@ class Judged:
             # under ``last_good``, no news for a regression, and no new baseline (nor is a
             # sample too small for a verdict that lacks them)
             partial = verdict is False and config.baseline == LAST_GOOD and not covers(
-                len(results[cell][2]), baseline, cell[0]
+                results[cell][2], sample, baseline, cell[0]
             )
             news = verdict is not None and not partial
             if news or cell not in self.flagged:  # (one flagged lasts, shown by its last verdict)
@@ -1169,7 +1169,7 @@ class Judged:
                 )
             if not news:  # too few shared queries to tell
                 if config.baseline == LAST_GOOD and not covers(
-                    len(results[cell][2]), baseline, cell[0]
+                    results[cell][2], sample, baseline, cell[0]
                 ):  # (a class missing from the sample): the next is compared with the same
                     self.baselines[cell] = baseline
             elif verdict:
@@ -1516,18 +1516,15 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
     )
 
 
-COVERAGE = 0.9
-"""Under ``last_good``, the share of a cell's baseline queries a sample not flagged must share
-with it to become the cell's baseline (one that lacks a class is no baseline for ``all``)."""
-
-
-def covers(shared: int, baseline: Sample, klass: int) -> bool:
-    """Whether ``shared`` queries are at least ``COVERAGE`` of ``baseline``'s in the cell of
-    ``klass`` (OVERALL: all of them)."""
-    queries = len(baseline.scores) if klass == OVERALL else sum(
-        1 for k, _ in baseline.scores.values() if k == klass
-    )
-    return shared >= COVERAGE * queries
+def covers(shared: Sequence[str], sample: Sample, baseline: Sample, klass: int) -> bool:
+    """Whether the queries ``shared`` by ``sample`` and ``baseline`` in the cell of ``klass``
+    cover the cell: some of its class, and for OVERALL some of every class the baseline has
+    (a sample that lacks a class is no baseline for the overall figures, whose regression
+    it would hide)."""
+    if klass != OVERALL:
+        return bool(shared)
+    present = {sample.scores[key][0] for key in shared}
+    return all(k in present for k, _ in baseline.scores.values())
 
 
 def _ranked(rankings: Sequence[Sequence[str]], labels: Sequence[Mapping[str, int]]) -> (

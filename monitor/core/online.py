@@ -418,6 +418,8 @@ class Sessions:
         self.closed: Callable[[str, bool, bool, bool], None] | None = None
         """Told each closed session (id, clicked, successful, whether it had a query): the
         experiments."""
+        self.converted: Callable[[str], None] | None = None
+        """Told each conversion applied, with its session (resolved): the experiments."""
         self.resolving = False
         """Some event came whose session is that of its query (``SESSION_OF_QUERY``): set by
         the pipeline (UBI events), so that other events pay nothing for it."""
@@ -862,6 +864,8 @@ class Sessions:
                 self._orphan(session, CONVERSION, query_id, time, 0)
             else:
                 self.counters.conversions[klass] += 1
+            if self.converted is not None:
+                self.converted(session_id)
 
     def _query(
         self, session: Session, klass: int, query_id: str, time: float, unknown: bool,

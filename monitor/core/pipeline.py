@@ -39,7 +39,6 @@ from monitor.inputs.chain import DecoderChain
 from monitor.inputs.events import (
     SESSION_OF_QUERY,
     ClickEvent,
-    ConversionEvent,
     DwellEvent,
     IgnoredAction,
     ImpressionEvent,
@@ -471,8 +470,6 @@ class Pipeline:
                     self.health.unlisted_queries += 1
             elif type(event) is ImpressionEvent and not event.position:
                 self.health.impressions_without_position += 1
-            elif type(event) is ConversionEvent and self._experiment_at:
-                self.experiments.converted(event.session_id)
             return None
         except Exception as error:  # one message never stops the pipeline
             return self._unprocessable(error, before)
@@ -498,8 +495,7 @@ class Pipeline:
         if shown is None:  # the first record did not log its hits: this one does
             if not event.results_known:
                 return  # nor this one: its impressions count
-            shown = search.shown = set()
-            self.health.unlisted_queries -= 1
+            shown = search.shown = set()  # (counted unlisted still: a counter never drops)
         new = [doc for doc in event.result_ids if doc not in shown]
         if not new:
             return
@@ -584,6 +580,7 @@ class Pipeline:
             self.sessions.finished = self._finished
             self.sessions.first_click = experiments.first_click
             self.sessions.closed = experiments.closed
+            self.sessions.converted = experiments.converted
             self.sessions.clicked = experiments.clicked
 
     def snapshot(self) -> PipelineState:

@@ -263,7 +263,7 @@ class Slices:
         moved = [i for i, name in enumerate(self.names) if name[at] == value]
         was = self._was.setdefault(at, {})
         for i in moved:
-            self.hidden[self._raw(i)] = i
+            self._hide(self._raw(i), i)
             was[i] = value
             self._rename(i, (*self.names[i][:at], OTHER, *self.names[i][at + 1:]))
         if at:
@@ -279,18 +279,22 @@ class Slices:
         was = self._was.get(at)
         if not was:
             return
-        back = [i for i, old in was.items() if old == value]
-        for i in back:
+        back = []
+        for i in [i for i, old in was.items() if old == value]:
+            raw = self._raw(i)
             del was[i]
             new = (*self.names[i][:at], value, *self.names[i][at + 1:])
             if at and new not in self.shown_by and len(self.shown_by) >= self.config.max_series:
                 # no series left for it: what it counted stays other, and so do its queries
+                self._rehide(raw)
                 if not self._relabelled(i):
-                    self.index.setdefault(self.names[i], i)
+                    self._register(self.names[i], i)
+                else:
+                    self._hide(self._raw(i), i)
                 continue
+            back.append(i)
             self._rename(i, new)
-            if self.names[i] == self._raw(i):  # no value of it waits any more
-                self.hidden.pop(self.names[i], None)
+            self._rehide(raw)  # (its values all back: another slice may hide the same)
         if back and at:
             self.evicted.append((self.dimensions[at - 1].name, back, -1))
 
@@ -320,13 +324,37 @@ class Slices:
             del self.shown_by[old]
         self.shown_by.setdefault(new, []).append(i)
         if self.index.get(old) == i:
-            alias = next((j for j in holders if not self._relabelled(j)), None)
+            alias = min((j for j in holders if not self._relabelled(j)), default=None)
             if alias is None:
                 del self.index[old]
             else:
                 self.index[old] = alias
         if not self._relabelled(i):
-            self.index.setdefault(new, i)
+            self._register(new, i)
+
+    def _register(self, labels: Slice, i: int) -> None:
+        """New queries with ``labels`` count into the first slice (the lowest index) not
+        relabelled that shows them: the same live and once restored."""
+        held = self.index.get(labels)
+        if held is None or i < held:
+            self.index[labels] = i
+
+    def _hide(self, raw: Slice, i: int) -> None:
+        """Queries of the values ``raw`` (some of them waiting or out) count into the first
+        slice (the lowest index) relabelled that holds them: the same live and restored."""
+        held = self.hidden.get(raw)
+        if held is None or i < held:
+            self.hidden[raw] = i
+
+    def _rehide(self, raw: Slice) -> None:
+        """``hidden`` for ``raw`` after a slice that held it changed: the first slice still
+        relabelled that holds it, if any."""
+        relabelled = {j for was in self._was.values() for j in was}
+        holders = [j for j in relabelled if self._raw(j) == raw]
+        if holders:
+            self.hidden[raw] = min(holders)
+        else:
+            self.hidden.pop(raw, None)
 
     def _relabelled(self, i: int) -> bool:
         """Whether slice ``i`` shows ``other`` for a value it may get back."""
@@ -345,7 +373,7 @@ class Slices:
         if found is not None:
             return found
         if (key not in self.shown_by and len(self.shown_by) >= self.config.max_series
-                and any(v != OTHER for v in key[1:])):
+                and any(v != OTHER and v != UNKNOWN for v in key[1:])):
             if not self._budget_logged:
                 self._budget_logged = True
                 log.warning("slices: %d slices reached ([slices] max_series): the dimension "
@@ -373,7 +401,7 @@ class Slices:
         that only relabelled slices show are held by the first of them."""
         name = self.names[index]
         holder = self.index.get(name)
-        return (holder if holder is not None else self.shown_by[name][0]) == index
+        return (holder if holder is not None else min(self.shown_by[name])) == index
 
     def place(self, values: Slice, time: float) -> int:
         """The index of the slice with these label values (another pipeline's), added here
@@ -469,7 +497,7 @@ class Slices:
                 for at, (value, shown) in enumerate(zip(raw, slices.names[i], strict=True)):
                     if value != shown:
                         slices._was.setdefault(at, {})[i] = value
-                slices.hidden[tuple(raw)] = i
+                slices.hidden.setdefault(tuple(raw), i)  # the first, as live
         for i, labels in enumerate(slices.names):
             if not slices._relabelled(i):
                 slices.index.setdefault(labels, i)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from prometheus_client.registry import CollectorRegistry
 
 from monitor.config import Config, parse_config
-from monitor.core.classes import EventTimeSet
 from monitor.core.export import export
 from monitor.core.pipeline import Pipeline
 from monitor.serve.metrics import ExportCollector
@@ -69,13 +68,3 @@ def test_configured_set_and_rules() -> None:
     assert counted == {"product": 1, "navigational": 2, "long_tail": 1, "other": 1}
     assert label_values(pipeline) == {"other", "navigational", "product", "long_tail", "all"}
 
-
-def test_a_name_among_the_first_joins_however_many_wait() -> None:
-    """Names arriving newest first: every one fills the waiting list before the earliest
-    arrive, which still take their places; the members lost do not grow the list past its
-    bound."""
-    names = EventTimeSet(None, 2)
-    for n in range(20, 0, -1):  # n20 first, n1 last: one second apart, in reverse
-        names.place(f"n{n:02d}", float(n), watermark=0.0, add=True)
-        assert len(names.pending) <= names.max_pending
-    assert sorted(names.first) == ["n01", "n02"]

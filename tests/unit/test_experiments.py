@@ -292,3 +292,49 @@ def test_a_session_counts_in_each_experiment_by_its_first_query_there_in_event_t
                 assert (found is None) == (expected is None)
                 assert found is None or abs(found - expected) < 1e-12, (name, v)
     assert results[0] == results[1]
+
+
+def test_open_sessions_of_a_state_without_their_times_restore_and_checkpoint_again() -> None:
+    """A state written before the sessions' assignment times were kept: its open sessions
+    keep their assignments, and the next checkpoint reads back (no time is written as -inf)."""
+    from dataclasses import replace
+
+    from monitor.state.checkpoint import restore_unit
+    from monitor.state.codec import UnitState
+
+    config = configured({**RANKER, "unit": "session"})
+    pipeline = Pipeline(config)
+    for n in range(5):
+        assert pipeline.feed(query(f"q{n}", n, f"s{n}", f"q{n}", ranker="AB"[n % 2])) is None
+    state = pipeline.snapshot()
+    assert state.experiments is not None and state.experiments.open_sessions
+    older = replace(state, experiments=replace(state.experiments, open_session_times={}))
+
+    def restored(snapshot: Any) -> Pipeline:
+        data = codec.encode("unit", UnitState("e", 0, 5, 0.0, None, codec.fingerprint(config),
+                                              snapshot))
+        return restore_unit(data, "test", config)[1]
+
+    again = restored(restored(older).snapshot())
+    assert set(again.experiments.sessions) == set(pipeline.experiments.sessions)
+    again.close()
+    pipeline.close()
+    assert export(again).experiments == export(pipeline).experiments
+
+
+def test_a_ubi_conversion_counts_for_the_session_of_its_query_and_is_not_kept() -> None:
+    """A UBI conversion names its query: it counts in the experiment of that query's
+    session, and nothing of it stays once the session closes."""
+    config = configured({**RANKER, "attribute": "ranker", "unit": "session"})
+    pipeline = Pipeline(config)
+    record = {"user_query": "shoes", "query_id": "u1", "client_id": "c1", "timestamp": stamp(0),
+              "query_response_hit_ids": ["d1"], "query_attributes": {"ranker": "A"}}
+    purchase = {"action_name": "purchase", "query_id": "u1", "client_id": "c1",
+                "session_id": "browser-9", "timestamp": stamp(5),
+                "event_attributes": {"object": {"object_id": "d1"}}}
+    for message in (record, purchase):
+        assert pipeline.feed(json.dumps(message).encode()) is None
+    pipeline.close()
+    variants = report(pipeline)["experiments"]["ranker"]["variants"]
+    assert variants["A"]["sessions"] == 1 and variants["A"]["conversions_per_session"] == 1.0
+    assert not pipeline.experiments.conversions and not pipeline.experiments.sessions

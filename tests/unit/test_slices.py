@@ -455,3 +455,39 @@ def test_a_judgment_is_placed_by_the_dimensions_alone_when_experiments_read_more
     pipeline.offline_tick(pipeline.sessions.newest, True)
     assert not any(pipeline.health.rejected.values())
     assert report(pipeline)["offline"]["all"]["judged_queries"] == 2
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_restored_checkpoint_holds_the_same_slices_and_the_same_canonical_ones(
+    seed: int,
+) -> None:
+    """Values losing and getting back their places, the series budget reached: a checkpoint
+    restores the same index, hidden values and canonical slices the live pipeline had."""
+    rng = random.Random(seed)
+    config = Config(slices=SlicesConfig(dimensions=DIMENSIONS, max_values=3, max_series=12))
+    pipeline = Pipeline(config)
+    events = [(rng.uniform(0, 50), f"p{rng.randrange(8)}", f"l{rng.randrange(5)}")
+              for _ in range(120)]
+    for n, (at, platform, locale) in enumerate(sorted(events, key=lambda e: -e[0])):
+        assert pipeline.feed(query(f"q{n}", at, f"s{n}", f"q{n}", platform=platform,
+                                   locale=locale)) is None
+        if n % 20 == 19:
+            restored = round_trip(pipeline)
+            live, back = pipeline.slices, restored.slices
+            assert back.names == live.names and back.index == live.index
+            assert back.hidden == live.hidden
+            assert [back.canonical(i) for i in range(len(back.names))] == [
+                live.canonical(i) for i in range(len(live.names))]
+            pipeline = restored
+
+
+def test_a_class_keeps_its_own_slice_when_the_series_budget_is_full() -> None:
+    config = Config(slices=SlicesConfig(dimensions=["platform"], max_series=4))
+    pipeline = Pipeline(config)
+    for n, (klass, platform) in enumerate(
+        [("head", "ios"), ("head", "web"), ("head", "tv"), ("tail", "ios")]
+    ):
+        assert pipeline.feed(query(f"q{n}", n, f"s{n}", f"q{n}", klass=klass,
+                                   platform=platform)) is None
+    restored = round_trip(pipeline)
+    assert ("tail", "unknown") in restored.slices.index

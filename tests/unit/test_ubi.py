@@ -246,7 +246,8 @@ def test_a_byte_order_mark_and_blank_lines_before_a_bulk_export_change_nothing(
 
 def test_queries_without_their_result_list_are_counted_and_warned_of(tmp_path: Path) -> None:
     """The Chorus export: 20 of its 48 searches are another application's, which logs no
-    hits; a search whose first record has no hits and whose second has them is listed."""
+    hits. A search whose first record has no hits stays counted (a counter never drops),
+    though its second record's hits count."""
     from tests.support.files import DATA
 
     export_file = DATA / "ubi-real" / "chorus-ubi-subset.ndjson.gz"
@@ -258,5 +259,6 @@ def test_queries_without_their_result_list_are_counted_and_warned_of(tmp_path: P
     full = {**bare, "timestamp": "2024-06-01T10:00:01.000Z", "query_response_hit_ids": ["d1"]}
     path = tmp_path / "ubi.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (bare, full)))
-    assert report(replay_files(Config(), [path], [], RejectionLog(0)))["data_quality"][
-        "unlisted_queries"] == 0
+    both = report(replay_files(Config(), [path], [], RejectionLog(0)))
+    assert both["data_quality"]["unlisted_queries"] == 1
+    assert both["online"]["all"]["result_impressions"] == 1
