@@ -1109,15 +1109,15 @@ class Judged:
         classes = {klass for klass, _ in sample.scores.values()} | {OVERALL}
         classes |= {klass for klass, _ in self.verdicts} | {klass for klass, _ in self.baselines}
         results: dict[tuple[int, int], tuple[PairedComparison, Sample, list[str]]] = {}
-        shared_with: dict[str, list[str]] = {}
+        shared_with: dict[int, list[str]] = {}  # by the baseline (two may share an id)
         for klass in sorted(classes):
             for m in range(len(self.specs)):
                 baseline = self._baseline((klass, m))
                 if baseline is None:
                     continue
-                shared = shared_with.get(baseline.sample_id)
+                shared = shared_with.get(id(baseline))
                 if shared is None:
-                    shared = shared_with[baseline.sample_id] = [
+                    shared = shared_with[id(baseline)] = [
                         key for key in sample.scores if key in baseline.scores
                     ]
                 keys = [k for k in shared if klass == OVERALL or sample.scores[k][0] == klass]
@@ -1159,9 +1159,8 @@ class Judged:
             # ok on part of the baseline's queries only (a class missing from the sample):
             # under ``last_good``, no news for a regression, and no new baseline (nor is a
             # sample too small for a verdict that lacks them)
-            partial = verdict is False and config.baseline == LAST_GOOD and not covers(
-                results[cell][2], sample, baseline, cell[0]
-            )
+            partial = (verdict is False and cell[0] == OVERALL and config.baseline == LAST_GOOD
+                       and not covers(results[cell][2], sample, baseline, OVERALL))
             news = verdict is not None and not partial
             if news or cell not in self.flagged:  # (one flagged lasts, shown by its last verdict)
                 self.verdicts[cell] = Verdict(
@@ -1517,12 +1516,15 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
 
 
 def covers(shared: Sequence[str], sample: Sample, baseline: Sample, klass: int) -> bool:
-    """Whether the queries ``shared`` by ``sample`` and ``baseline`` in the cell of ``klass``
-    cover the cell: some of its class, and for OVERALL some of every class the baseline has
-    (a sample that lacks a class is no baseline for the overall figures, whose regression
-    it would hide)."""
+    """Whether ``sample`` may follow ``baseline`` as the cell's baseline: for a class, it
+    judged at least as many queries of the class (a class missing from it, or a sample made
+    of a straggling judgment, is no baseline); for OVERALL, the queries it shares with the
+    baseline hold every class the baseline has (one that lacks a class would hide that
+    class's regression from the overall figures)."""
     if klass != OVERALL:
-        return bool(shared)
+        def size(of: Sample) -> int:
+            return sum(1 for k, _ in of.scores.values() if k == klass)
+        return size(sample) >= size(baseline)
     present = {sample.scores[key][0] for key in shared}
     return all(k in present for k, _ in baseline.scores.values())
 

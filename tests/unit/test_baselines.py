@@ -349,3 +349,16 @@ def test_a_judgment_after_its_sample_completed_changes_no_verdict(
     sample(judged, "s3", 2000, good=False)
     verdict = judged.verdicts[(1, 0)]
     assert verdict.regression is True and verdict.baseline_id == "s2"
+
+
+def test_a_regression_clears_on_a_sample_that_shares_only_part_of_the_queries() -> None:
+    """Judged query sets rotate: a sample that shares 25 of the 30 queries, and is not worse,
+    ends the regression (and becomes the baseline) for the class and for all."""
+    judged = offline()
+    sample(judged, "s1", 0, good=True)
+    sample(judged, "s2", 1000, good=False)
+    assert judged.verdicts[(1, 0)].regression is True
+    sample(judged, "s3", 2000, good=True, first=5)
+    for cell in ((1, 0), (OVERALL, 0)):
+        assert judged.verdicts[cell].regression is False and cell not in judged.flagged
+        assert judged.verdicts[cell].sample_id == "s3"
