@@ -279,7 +279,7 @@ def _worsened(
     ) -> list[WorsenedEntry]:
         return [
             WorsenedEntry(
-                source, window, sample_id, baseline_id,
+                source, window, sample_id, baseline_of((klass, m), baseline_id),
                 [ALL, *none] if klass == OVERALL else list(names[klass]), measures[m],
                 [WorsenedRow(key, before, after, after - before) for key, before, after in rows],
             )
@@ -287,6 +287,12 @@ def _worsened(
                                                                         c[0]))
             if rows
         ]
+
+    def baseline_of(cell: tuple[int, int], shown: str | None) -> str | None:
+        """The baseline a sample's cell was compared with: its verdict's (each cell has its
+        own under ``last_good``, and a flagged one keeps its last verdict's)."""
+        verdict = judged.verdicts.get(cell) if shown is not None else None
+        return verdict.baseline_id if verdict is not None else shown
 
     found = []
     if judged.worsened is not None:

@@ -581,3 +581,27 @@ def deep_size(root: object) -> int:
         total += sys.getsizeof(item)
         pending.extend(gc.get_referents(item))
     return total
+
+
+def test_each_worsened_cell_names_the_baseline_it_was_compared_with() -> None:
+    """Food regresses at B and stays broken at C, compared with A (held under last_good);
+    travel was fine at B, so at C it is compared with B: each list says its own baseline."""
+    config = parse_config(
+        '[offline]\nmeasures = ["RR"]\nmin_shared_queries = 5\nsample_quiet = "10m"\n'
+        '[query_classes]\nnames = ["travel", "food"]\n'
+    )
+    good, bad = ["d1", "d2"], ["d2", "d3", "d1"]
+    messages = []
+    for s, (sample, food_ok) in enumerate((("A", True), ("B", False), ("C", False))):
+        for i in range(20):
+            at = s * HOUR + i
+            messages.append(judgment(sample, at, f"food {i}", good if food_ok else bad,
+                                     {"d1": 1}, "food"))
+            travel = bad if sample == "C" and i == 0 else good  # one travel query worse at C
+            messages.append(judgment(sample, at + 0.5, f"trip {i}", travel, {"d1": 1}, "travel"))
+    pipeline = fed(config, *messages)
+    assert pipeline.judged.verdicts[(pipeline.slices.index[("food",)], 0)].regression is True
+    worsened = [e for e in query_report([pipeline], pipeline, config)["worsened"]
+                if e["source"] == "sample"]
+    baselines = {e["query_class"]: (e["sample_id"], e["baseline_id"]) for e in worsened}
+    assert baselines["food"] == ("C", "A") and baselines["travel"] == ("C", "B")
