@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
+from monitor.text import printable
+
 Level = Literal["debug", "info", "warning", "error"]
 Format = Literal["text", "json"]
 LEVELS: tuple[Level, ...] = ("debug", "info", "warning", "error")
@@ -117,22 +119,14 @@ def spellings(secret: str) -> set[str]:
 
 _PLAIN = logging.Formatter()
 
-_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-
-
 class TextLines(logging.Formatter):
     """``time level logger: message``, one line per record (an exception's lines below it).
-    A message may quote what a message said (a rejection's detail): its control characters
-    and line separators are shown escaped, so no input forges a log line or drives a
-    terminal."""
+    A message may quote what a message said (a rejection's detail): it is ``printable``, so
+    no input forges a log line or drives a terminal."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = _CONTROLS.sub(_escaped, record.message)
+        record.message = printable(record.message)
         return super().formatMessage(record)
-
-
-def _escaped(found: re.Match[str]) -> str:
-    return repr(found.group())[1:-1]
 
 
 def setup(

@@ -23,10 +23,10 @@ def command(args: argparse.Namespace) -> int:
         FilterError,
         format_lists,
         merge_replicas,
-        printable,
         report_of,
         select,
     )
+    from monitor.text import printable
 
     values = {}
     for pair in args.slice:
@@ -93,7 +93,7 @@ def _fetch(base: str, path: str) -> bytes:
             body: bytes = answer.read()
             return body
     except urllib.error.HTTPError as error:
-        from monitor.serve.queries import printable  # the answer is anybody's text
+        from monitor.text import printable  # the answer is anybody's text
 
         raise UsageError(
             f"{shown}: {error.code} {printable(error.read().decode(errors='replace').strip())}"

@@ -16,7 +16,6 @@ merged per window and class. States of several replicas merge into one (``merge_
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +40,7 @@ from monitor.core.querylists import (
 from monitor.core.slices import QUERY_CLASS, Slice
 from monitor.core.snapshots import Float, Int, require, same_lengths
 from monitor.core.states import PublicTally, TallyState
+from monitor.text import printable
 
 Report = dict[str, Any]
 
@@ -358,33 +358,6 @@ TITLES = {
     "no_clicks": "top searches without a click",
     "low_ctr": "lowest click-through rate",
 }
-
-
-HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-"""Unicode categories a terminal must not receive raw: controls (C0, DEL, C1: escape
-sequences that retitle a window, clear it or switch screens), format characters (bidi
-overrides and isolates, zero-width characters, tags: text that reads other than it is),
-lone surrogates, line and paragraph separators."""
-
-
-def printable(text: str) -> str:
-    """``text`` with every character of the ``HIDDEN`` categories shown as an escape, as
-    Python writes it (``\\x1b``, ``\\u202e``, ``\\U000e0041``); the rest unchanged."""
-    if text.isprintable():  # the usual case: nothing to look at one by one
-        return text
-    return "".join(_escape(c) if unicodedata.category(c) in HIDDEN else c for c in text)
-
-
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _escape(character: str) -> str:
-    code = ord(character)
-    if character in _NAMED:
-        return _NAMED[character]
-    return f"\\x{code:02x}" if code < 0x100 else (
-        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-    )
 
 
 ENTRY_FIELDS = frozenset({

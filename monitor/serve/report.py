@@ -16,7 +16,8 @@ from monitor.core.online import RATIOS, OnlineCounters, ratio
 from monitor.core.pipeline import Pipeline
 from monitor.core.slices import slice_key
 from monitor.serve.quality import data_quality
-from monitor.serve.queries import printable, query_report
+from monitor.serve.queries import query_report
+from monitor.text import printable
 
 
 def _online_entry(parts: Iterable[SliceFigures]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 MONITOR = Path(__file__).resolve().parents[2] / "monitor"
 LAYERS = (
     ("offline",),
-    ("config", "logs", "compiled", "__init__", "__version__"),
+    ("config", "logs", "text", "compiled", "__init__", "__version__"),
     ("inputs",),
     ("core",),
     ("state",),
