@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -1110,6 +1110,23 @@ class Judged:
         classes |= {klass for klass, _ in self.verdicts} | {klass for klass, _ in self.baselines}
         results: dict[tuple[int, int], tuple[PairedComparison, Sample, list[str]]] = {}
         shared_with: dict[int, list[str]] = {}  # by the baseline (two may share an id)
+        per_class: dict[tuple[str, int], Counter[int]] = {}  # queries per class, once each
+
+        def counted(key: tuple[str, int], klasses: Iterable[int]) -> Counter[int]:
+            found = per_class.get(key)
+            if found is None:
+                found = per_class[key] = Counter(klasses)
+            return found
+
+        def covered(baseline: Sample, klass: int) -> bool:
+            """``covers``, its counts taken once per sample (not per cell)."""
+            scores = sample.scores
+            shared = shared_with[id(baseline)]
+            return covers(
+                counted(("judged", id(sample)), (k for k, _ in scores.values())),
+                counted(("judged", id(baseline)), (k for k, _ in baseline.scores.values())),
+                counted(("shared", id(baseline)), (scores[key][0] for key in shared)), klass,
+            )
         for klass in sorted(classes):
             for m in range(len(self.specs)):
                 baseline = self._baseline((klass, m))
@@ -1160,16 +1177,15 @@ class Judged:
             # under ``last_good``, no news for a regression, and no new baseline (nor is a
             # sample too small for a verdict that lacks them)
             partial = (verdict is False and cell[0] == OVERALL and config.baseline == LAST_GOOD
-                       and not covers(results[cell][2], sample, baseline, OVERALL))
+                       and not covered(baseline, OVERALL))
             news = verdict is not None and not partial
             if news or cell not in self.flagged:  # (one flagged lasts, shown by its last verdict)
                 self.verdicts[cell] = Verdict(
                     sample.sample_id, baseline.sample_id, comparison, verdict
                 )
             if not news:  # too few shared queries to tell
-                if config.baseline == LAST_GOOD and not covers(
-                    results[cell][2], sample, baseline, cell[0]
-                ):  # (a class missing from the sample): the next is compared with the same
+                if config.baseline == LAST_GOOD and not covered(baseline, cell[0]):
+                    # (a class missing from the sample): the next is compared with the same
                     self.baselines[cell] = baseline
             elif verdict:
                 since = self.flagged.get(cell)
@@ -1515,18 +1531,18 @@ def _sample(state: SampleState, classes: int, measures: int) -> Sample:
     )
 
 
-def covers(shared: Sequence[str], sample: Sample, baseline: Sample, klass: int) -> bool:
-    """Whether ``sample`` may follow ``baseline`` as the cell's baseline: for a class, it
-    judged at least as many queries of the class (a class missing from it, or a sample made
-    of a straggling judgment, is no baseline); for OVERALL, the queries it shares with the
-    baseline hold every class the baseline has (one that lacks a class would hide that
-    class's regression from the overall figures)."""
+def covers(sample: Counter[int], baseline: Counter[int], shared: Counter[int], klass: int) -> (
+    bool
+):
+    """Whether a sample may follow its baseline as the cell's baseline, from the queries per
+    class of the sample, of the baseline and of those both share: for a class, it judged at
+    least as many queries of the class (a class missing from it, or a sample made of a
+    straggling judgment, is no baseline); for OVERALL, it shares queries of every class the
+    baseline has (one that lacks a class would hide that class's regression from the overall
+    figures)."""
     if klass != OVERALL:
-        def size(of: Sample) -> int:
-            return sum(1 for k, _ in of.scores.values() if k == klass)
-        return size(sample) >= size(baseline)
-    present = {sample.scores[key][0] for key in shared}
-    return all(k in present for k, _ in baseline.scores.values())
+        return sample[klass] >= baseline[klass]
+    return all(shared[k] for k in baseline)
 
 
 def _ranked(rankings: Sequence[Sequence[str]], labels: Sequence[Mapping[str, int]]) -> (
