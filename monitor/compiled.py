@@ -25,6 +25,7 @@ from types import ModuleType
 MODULES = (
     "monitor.core.admission",
     "monitor.core.classes",
+    "monitor.core.heavy",
     "monitor.core.online",
     "monitor.core.pipeline",
     "monitor.core.querylists",

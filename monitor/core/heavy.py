@@ -22,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from monitor.core.snapshots import Int, require, same_lengths
+from monitor.core.snapshots import require, same_lengths
+from monitor.core.states import HeavyQueriesState, SpaceSavingState
 from monitor.inputs.events import session_hash
 
 INT64 = range(-(2**63), 2**63)
@@ -39,15 +40,6 @@ class Item:
     @property
     def lower(self) -> int:
         return self.count - self.error
-
-
-@dataclass(frozen=True)
-class SpaceSavingState:
-    """The kept keys with their counts (overestimates) and errors, by count descending."""
-
-    keys: list[str]
-    counts: list[Int]
-    errors: list[Int]
 
 
 class SpaceSaving:
@@ -213,14 +205,6 @@ def merge_states(
         errors[key] = error_first + error_second
     ranked = sorted(counts, key=lambda k: (-counts[k], k))[:capacity]
     return SpaceSavingState(ranked, [counts[k] for k in ranked], [errors[k] for k in ranked])
-
-
-@dataclass(frozen=True)
-class HeavyQueriesState:
-    """The counts, and per kept key (in the same order) its hashed session ids, sorted."""
-
-    counts: SpaceSavingState
-    sessions: list[list[Int]]
 
 
 class HeavyQueries:

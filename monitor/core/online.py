@@ -571,10 +571,18 @@ class Sessions:
         time, event_id = event[0], event[2]
         seen = self.seen
         if not checked:
-            if event_id in seen or event_id in self.seen_before:
-                return Reason.DUPLICATE
             if time > self.horizon:
-                return Reason.FUTURE_TIMESTAMP
+                duplicate = event_id in seen or event_id in self.seen_before
+                return Reason.DUPLICATE if duplicate else Reason.FUTURE_TIMESTAMP
+            # taken into the dedupe memory at once (one lookup, not two): ``_late`` gives
+            # back the id of an event it refuses
+            size = len(seen)
+            seen.add(event_id)
+            if len(seen) == size:
+                return Reason.DUPLICATE
+            if event_id in self.seen_before:
+                seen.discard(event_id)
+                return Reason.DUPLICATE
         if time > self.newest:
             self.newest = time
             if time > self.clock:
@@ -583,7 +591,8 @@ class Sessions:
                     self._advance()
         watermark = self.clock - self._lateness
         if time >= watermark:
-            seen.add(event_id)
+            if checked:
+                seen.add(event_id)
             number = int(time // self.settle_step)
             bucket = self.waiting.get(number)
             if bucket is None:
@@ -591,7 +600,10 @@ class Sessions:
             else:
                 bucket.append(event)
             return None
-        return self._late(event, watermark)
+        reason = self._late(event, watermark)
+        if reason is not None and not checked:
+            seen.discard(event_id)  # (taken above: a copy of a refused event is no duplicate)
+        return reason
 
     def remember(self, event_id: str) -> None:
         """An event taken in without being applied (a record merged into its search): a

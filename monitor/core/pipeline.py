@@ -374,16 +374,19 @@ class Pipeline:
             if query:
                 if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)
                     event = cast(QueryEvent, event)
+                # each field read once (a struct's attribute is a lookup by name; the session
+                # and event ids are in the accepted tuple)
+                query_id, query_text = event.query_id, event.query_text
                 # the search (session and text) and what the recent query ids hold for its id
-                seen = hash((event.session_id, event.query_text))
-                known = self._query_ids.get(event.query_id)
-                ubi = event.event_id.startswith(QUERY_EVENT)  # a UBI record: more may come
+                seen = hash((accepted[3], query_text))
+                known = self._query_ids.get(query_id)
+                ubi = accepted[2].startswith(QUERY_EVENT)  # a UBI record: more may come
                 if ubi and known == seen:
                     # another record of a UBI search counted already: merged into it
                     reason = sessions.refuses(accepted)
                     if reason is not None:
                         return self._reject(reason, event)
-                    sessions.remember(event.event_id)
+                    sessions.remember(accepted[2])
                     self.health.merged_query_records += 1
                     if event.result_ids:
                         self._merge_results(event)
@@ -393,7 +396,7 @@ class Pipeline:
                     if reason is not None:
                         return self._reject(reason, event)
                     klass = self.slices.locate(
-                        event.query_class, cut_text(event.query_text, self._max_chars),
+                        event.query_class, cut_text(query_text, self._max_chars),
                         self._given(event), accepted[0], sessions.watermark,
                     )
                     self.grow()
@@ -420,11 +423,11 @@ class Pipeline:
                     order = self._query_id_order
                     if len(order) >= QUERY_IDS_KEPT:
                         del ids[order.popleft()]
-                    ids[event.query_id] = seen
-                    order.append(event.query_id)
+                    ids[query_id] = seen
+                    order.append(query_id)
                 elif known != seen:
                     self.health.reused_query_ids += 1
-                    ids[event.query_id] = seen
+                    ids[query_id] = seen
                 klass = accepted[5]
                 if accepted[0] < self.slices.latest_first:  # before a set member's first
                     self.slices.saw(klass, accepted[0])
@@ -436,37 +439,38 @@ class Pipeline:
                     folded = self.health.folded_values
                     for name in self.slices.folded(klass, self._given(event)):
                         folded[name] = folded.get(name, 0) + 1
-                counters.result_impressions[klass] += len(event.result_ids)
+                results = event.result_ids
+                counters.result_impressions[klass] += len(results)
                 zero = accepted[6] in (ZERO, UNKNOWN_ZERO)  # as ``read`` found it
                 if zero:
                     counters.zero_result_queries[klass] += 1
                 if self.lists is not None:
-                    self.lists.searched(
-                        klass, accepted[0], event.query_id, event.query_text, accepted[3], zero
-                    )
+                    self.lists.searched(klass, accepted[0], query_id, query_text, accepted[3], zero)
                 if self._experiment_at:
                     assert self._values is not None, "experiments read attributes"
                     last, values = self._read_values
                     if last is not event:  # not the event read last (read ahead, or plain)
                         values = self._values(event)
                     self.experiments.searched(
-                        [values[i] for i in self._experiment_at], event.query_id,
+                        [values[i] for i in self._experiment_at], query_id,
                         accepted[3], event.user_id or event.client_id, zero, accepted[0],
                     )
-                if event.result_teams is not None:
-                    self.experiments.interleave(event.query_id, event.result_teams)
+                teams = event.result_teams
+                if teams is not None:
+                    self.experiments.interleave(query_id, teams)
                     if self.sessions.clicked is None:
                         self._wire()
-                if event.latency_ms is not None:
-                    sessions.count_latency(klass, event.latency_ms / 1000.0)
-                text = event.query_text
+                latency = event.latency_ms
+                if latency is not None:
+                    sessions.count_latency(klass, latency / 1000.0)
+                text = query_text
                 if len(text) > self._max_chars:
                     text = cut_text(text, self._max_chars)
                 if event.results_known:
                     if self.forward_live if self.forwarding else self.judged.active:
-                        self._join_live(klass, accepted[0], text, event.result_ids)
+                        self._join_live(klass, accepted[0], text, results)
                 else:  # its impressions will say what was shown
-                    sessions.await_impressions(event.query_id, text)
+                    sessions.await_impressions(query_id, text)
                     self.health.unlisted_queries += 1
             elif type(event) is ImpressionEvent and not event.position:
                 self.health.impressions_without_position += 1

@@ -35,13 +35,19 @@ from monitor.core.heavy import (
     DIGITS,
     EMAIL,
     HeavyQueries,
-    HeavyQueriesState,
     Redaction,
     Redactions,
     merge_many,
 )
 from monitor.core.snapshots import Layout, Migration, require, same_lengths
-from monitor.core.states import BucketState, PublicSummary, PublicTally, QueryListsState, TallyState
+from monitor.core.states import (
+    BucketState,
+    HeavyQueriesState,
+    PublicSummary,
+    PublicTally,
+    QueryListsState,
+    TallyState,
+)
 
 log = logging.getLogger(__name__)
 

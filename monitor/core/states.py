@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from monitor.core.experiments import ExperimentsState
-from monitor.core.heavy import HeavyQueriesState
 from monitor.core.judged import JudgedState
 from monitor.core.snapshots import Float, Int
 
@@ -115,6 +114,25 @@ class SlicesState:
     pending: list[list[str]]
     """Per dimension: the values outside its full set that may still join it."""
     pending_first: list[list[Float]]
+
+
+@dataclass(frozen=True)
+class SpaceSavingState:
+    """A ``SpaceSaving`` (``monitor.core.heavy``): the kept keys with their counts
+    (overestimates) and errors, by count descending."""
+
+    keys: list[str]
+    counts: list[Int]
+    errors: list[Int]
+
+
+@dataclass(frozen=True)
+class HeavyQueriesState:
+    """A ``HeavyQueries`` (``monitor.core.heavy``): the counts, and per kept key (in the same
+    order) its hashed session ids, sorted."""
+
+    counts: SpaceSavingState
+    sessions: list[list[Int]]
 
 
 @dataclass(frozen=True)

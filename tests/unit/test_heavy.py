@@ -25,17 +25,16 @@ from monitor.core.heavy import (
     EMAIL,
     LOCAL_MARKS,
     HeavyQueries,
-    HeavyQueriesState,
     Item,
     Redaction,
     Redactions,
     SpaceSaving,
-    SpaceSavingState,
     merge_many,
     merge_states,
     redact,
 )
 from monitor.core.snapshots import StateError
+from monitor.core.states import HeavyQueriesState, SpaceSavingState
 from monitor.inputs.events import session_hash
 
 
