@@ -20,6 +20,12 @@ EXIT_USAGE = 2
 
 Read = TypeVar("Read")
 
+HELD_TO_THE_END: list[object] = []
+"""What a command leaves to be freed with the process (the tables of a closed replay): a
+command run as the process ends without the interpreter's teardown (``main._exit_now``), and
+freeing them one object at a time is work for nothing. Emptied when a command returns to a
+caller instead."""
+
 
 class UsageError(Exception):
     """Bad arguments, configuration or input file: reported on one line, exit code 2."""

@@ -14,6 +14,7 @@ from monitor.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
+    HELD_TO_THE_END,
     UsageError,
     load,
     setup_logging,
@@ -70,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _reader_gone()
         return EXIT_OK
+    finally:
+        if not one_shot:  # returned to a caller: nothing is left to the process's end
+            HELD_TO_THE_END.clear()
     if one_shot and sys.getprofile() is None and sys.gettrace() is None:
         _exit_now(code)  # not under a profiler or coverage: they write their data at exit
     return code

@@ -745,14 +745,16 @@ class Sessions:
         self.waiting.clear()
         for session_id, session in self.open.items():
             self._end(session_id, session)  # what ``close`` keeps of it is forgotten below
-        self.open.clear()
+        # new tables, not the old ones cleared: a caller that holds the old ones until the
+        # process ends (a replay) spares freeing them one object at a time
+        self.open = {}
         if self.query_sessions is not None:
             self.query_sessions = None  # no session open: a cache of nothing
         self.due.clear()
-        self.seen.clear()
-        self.seen_before.clear()
-        self.ended.clear()
-        self.ended_before.clear()
+        self.seen = set()
+        self.seen_before = set()
+        self.ended = {}
+        self.ended_before = {}
 
     def close(self, session_id: str, session: Session) -> None:
         self.ended[session_id] = session.last

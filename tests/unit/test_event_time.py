@@ -96,6 +96,34 @@ def test_an_event_of_a_closed_session_is_too_late_and_joins_no_other(reopened: b
     assert result["abandoned_sessions"] == result["sessions"]
 
 
+@pytest.mark.parametrize("first", ["click", "query"])
+def test_a_copy_of_an_event_refused_as_too_late_or_ahead_is_refused_alike(first: str) -> None:
+    """The dedupe memory takes an id as the event is offered; an event refused (too late,
+    or beyond the horizon) leaves no id behind: its copy is judged as it was, never a
+    duplicate, while a copy of an event taken in is one."""
+    late = (click("c1", at("10:20"), "w1", "q1") if first == "click"
+            else query("e9", at("10:20"), "w1", "q9"))
+    pipeline = Pipeline(DEFAULT)
+    reasons = [pipeline.feed(m) for m in (
+        query("e1", at("10:00"), "w1", "q1"),
+        query("e2", at("10:40"), "x9", "q2"),  # the watermark passes w1's end (10:30)
+        late, late,
+        query("e3", at("10:37"), "x9", "q3"),  # behind the watermark (10:38): taken in
+        query("e3", at("10:37"), "x9", "q3"),
+    )]
+    assert [r.reason if r is not None else None for r in reasons] == [
+        None, None, Reason.TOO_LATE, Reason.TOO_LATE, None, Reason.DUPLICATE,
+    ]
+    pipeline.sessions.horizon = at("11:00")  # as the daemon bounds what is ahead of it
+    ahead = query("e4", at("12:00"), "y1", "q4")
+    assert [pipeline.feed(ahead).reason for _ in range(2)] == [  # type: ignore[union-attr]
+        Reason.FUTURE_TIMESTAMP, Reason.FUTURE_TIMESTAMP,
+    ]
+    pipeline.sessions.horizon = float("inf")
+    assert pipeline.feed(ahead) is None
+    assert pipeline.feed(ahead).reason is Reason.DUPLICATE  # type: ignore[union-attr]
+
+
 def test_a_session_has_the_class_of_its_first_query_in_event_time() -> None:
     """Class B's query at 10:00:50 arrives before class A's at 10:00:00: the session is A's,
     and A's query is the one reformulated (followed by B's within 60 s, no click between)."""

@@ -329,3 +329,22 @@ def test_a_step_is_a_duration_of_a_second_or_more(
         main(["replay", str(tmp_path / "x.jsonl"), "--report", "openmetrics", "--step", step])
     assert exit.value.code == 2
     assert "--step" in capsys.readouterr().err
+
+
+def test_a_replay_run_by_a_caller_leaves_nothing_held_for_the_process_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Run as the process, a replay leaves its closed tables to be freed with the process;
+    run by a caller (as here), it returns with none of them held."""
+    from monitor.cli.common import HELD_TO_THE_END
+
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"".join(query(f"e{i}", i, f"s{i}", f"q{i}") + b"\n" for i in range(50)))
+    assert main(["replay", str(events)]) == 0
+    assert "all" in capsys.readouterr().out
+    assert HELD_TO_THE_END == []
+    pipeline = replay_input(Config(), [events], [], RejectionLog(0))
+    pipeline.close()
+    sessions = pipeline.sessions
+    assert not sessions.open and not sessions.seen and not sessions.ended
+    assert report(pipeline)["online"]["all"]["sessions"] == 50
