@@ -211,8 +211,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                (f"{C} {{{{measure}}}} {{{{source}}}} 1d",
                 f"query_class_measure_source:search_judged_score:mean1d{{{CLASS}}}")]),
         Panel("Regression flags (latest sample vs baseline)", "short", "1 where the latest "
-              "sample is significantly worse than its baseline. The alert leaves out "
-              "query_class=\"all\", which rises with any class.",
+              "sample is significantly worse than its baseline. query_class=\"all\" (a test "
+              "over every shared query) pages only for a measure no class is flagged on.",
               [(f"{C} {{{{measure}}}}", f"search_judged_regression{{{CT}}}")],
               ("SearchJudgedRegression",)),
         Panel("Delta against baseline", "short", "Mean paired difference, latest sample minus "

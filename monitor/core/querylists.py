@@ -48,6 +48,7 @@ from monitor.core.states import (
     QueryListsState,
     TallyState,
 )
+from monitor.inputs.ubi import ONE_QUERY_SESSION
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ MAX_KEY = 200
 MEMO_TEXT = 2 * MAX_KEY
 """The longest text whose key is memoised: the memo holds none of the long texts an event
 may carry (up to a mebibyte each); theirs are made anew each time."""
+MEMO_CHARS = 2**20
+"""The characters of text the memo holds at most (then it starts over): with their keys at
+most about 6 MB in all (4 MB at four bytes a character, and keys no longer than their
+text), some 50,000 texts of everyday length."""
 LISTS = ("searches", "zero_results", "no_clicks", "low_ctr")
 BUILT_IN = {"email": EMAIL, "digits": DIGITS}
 
@@ -182,8 +187,10 @@ class QueryLists:
         """Per slice index: the index the lists of its queries are kept under (set by the
         pipeline: ``Slices.lists``; alone, the slice's own); the lists' indexes are those."""
         self._keys: dict[str, str] = {}
-        """A bounded memo of text (up to ``MEMO_TEXT`` chars) -> key (normalising and
-        redacting costs a few us)."""
+        """A bounded memo of text (up to ``MEMO_TEXT`` chars, ``MEMO_CHARS`` in all) -> key
+        (normalising and redacting costs a few us)."""
+        self._memo_chars = 0
+        """The characters of the texts in the memo."""
 
     def key(self, text: str) -> str:
         """``text`` as the lists keep it: normalised, redacted, at most ``MAX_KEY`` chars."""
@@ -191,8 +198,10 @@ class QueryLists:
         if key is None:
             key = self._redactions.apply(normalise(text))
             if len(text) <= MEMO_TEXT:
-                if len(self._keys) >= 65536:
+                self._memo_chars += len(text)
+                if self._memo_chars > MEMO_CHARS:
                     self._keys.clear()
+                    self._memo_chars = len(text)
                 self._keys[text] = key
         return key
 
@@ -235,32 +244,39 @@ class QueryLists:
         if batch is None or not batch.low <= time < batch.high:
             batch = self._batch(batches, klass, time, arrivals)
         entry = batch.counts.get(key)
+        # a UBI query that names no user (neither session nor client) adds no session
+        anonymous = session_id.startswith(ONE_QUERY_SESSION)
         # crc32(session_id.encode()) is ``monitor.inputs.events.session_hash``, inlined: per query
         if entry is None:
             # one list per query: its count, flagged count, the flagged sessions (a set once
             # one is, and only for arrivals: the zero-result list's k-anonymity), then its
             # distinct session hashes inline (few objects held per batch)
-            session = crc32(session_id.encode())
-            batch.counts[key] = [
-                1, 1 if flag else 0, {session} if flag and arrivals else None, session
-            ]
+            if anonymous:
+                batch.counts[key] = [1, 1 if flag else 0, None]
+            else:
+                session = crc32(session_id.encode())
+                batch.counts[key] = [
+                    1, 1 if flag else 0, {session} if flag and arrivals else None, session
+                ]
             if len(batch.counts) >= BATCH_KEYS:
                 self._flush(batch, arrivals)
             return
         entry[0] += 1
+        if flag:
+            entry[1] += 1
+        if anonymous:
+            return
         limit = self._min_sessions
         if len(entry) < limit + SESSIONS_AT:
             session = crc32(session_id.encode())
             if session not in entry[SESSIONS_AT:]:
                 entry.append(session)
-        if flag:
-            entry[1] += 1
-            if arrivals:  # the sessions that found nothing
-                flagged = entry[2]
-                if flagged is None:
-                    entry[2] = {crc32(session_id.encode())}
-                elif len(flagged) < limit:
-                    flagged.add(crc32(session_id.encode()))
+        if flag and arrivals:  # the sessions that found nothing
+            flagged = entry[2]
+            if flagged is None:
+                entry[2] = {crc32(session_id.encode())}
+            elif len(flagged) < limit:
+                flagged.add(crc32(session_id.encode()))
 
     def _batch(self, batches: dict[int, _Batch], klass: int, time: float, arrivals: bool) -> (
         _Batch
@@ -284,8 +300,8 @@ class QueryLists:
                 for key, entry in counts.items():
                     # a set of them, as it was built (the summaries keep the same ones)
                     searches.add_sessions(key, entry[0], set(entry[SESSIONS_AT:]))
-                    if entry[1]:
-                        zero.add_sessions(key, entry[1], entry[2])
+                    if entry[1]:  # (no flagged session: queries that name no user)
+                        zero.add_sessions(key, entry[1], entry[2] or ())
             else:
                 outcomes, clicked_of = tally.outcomes, tally.clicked
                 for key, entry in counts.items():

@@ -39,6 +39,7 @@ from monitor.inputs.events import (
     session_hash,
 )
 from monitor.inputs.files import lines
+from monitor.inputs.ubi import ONE_QUERY_SESSION
 from monitor.offline.clicks import MAX_POSITION, ClickLog, Column
 
 MAX_SEARCHES = 5_000_000
@@ -223,9 +224,11 @@ class ClickLogReader:
 def _count_session(seen: list[int], session_id: str, limit: int) -> None:
     """Add ``session_id`` to ``seen``, a query's distinct sessions hashed as the query lists
     hash them (``session_hash``), kept up to ``limit`` (the k-anonymity floor). An event
-    whose session is its query's (``SESSION_OF_QUERY``) counts by its own id."""
-    if len(seen) < limit:
-        hashed = session_hash(session_id.removeprefix(SESSION_OF_QUERY))
+    whose session is its query's (``SESSION_OF_QUERY``) counts by its own id; a UBI query
+    that names no user (``ONE_QUERY_SESSION``) counts none."""
+    session_id = session_id.removeprefix(SESSION_OF_QUERY)
+    if len(seen) < limit and not session_id.startswith(ONE_QUERY_SESSION):
+        hashed = session_hash(session_id)
         if hashed not in seen:
             seen.append(hashed)
 

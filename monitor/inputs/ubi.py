@@ -125,7 +125,7 @@ class UbiDecoder:
             event_id=f"{QUERY_EVENT}{query_id}:{_digest('record', data)}",
             timestamp=stamp,
             session_id=session or (f"ubi-client:{client}" if client is not None else None)
-            or f"ubi-query:{query_id}",
+            or f"{ONE_QUERY_SESSION}{query_id}",
             query_id=query_id,
             query_text=text,  # type: ignore[arg-type]
             result_ids=results,
@@ -163,7 +163,7 @@ class UbiDecoder:
         fallback = own or (f"ubi-client:{client}" if client is not None else None)
         if fallback is None and query_id is None:
             return IgnoredAction(action)  # valid, but tied to no query or session
-        session = SESSION_OF_QUERY + (fallback or f"ubi-query:{query_id}")
+        session = SESSION_OF_QUERY + (fallback or f"{ONE_QUERY_SESSION}{query_id}")
         if query_id is None:
             session = fallback or ""
         event_id = _digest("ubi-event", data)  # UBI events have no id: their bytes are it
@@ -269,6 +269,10 @@ def _id_value(value: Any, name: str) -> str:
 
 QUERY_EVENT = "ubi-query:"
 """What the event id of a UBI query record begins with."""
+ONE_QUERY_SESSION = "ubi-query:"
+"""What the session id of a UBI query with neither ``session_id`` nor ``client_id`` begins
+with: a session of that one query, which names no user (the query lists and the click
+models count no session of it toward ``min_sessions``)."""
 
 AGGREGATION = IgnoredAction("aggregation request")
 """A query record whose request asks for no hits (``"size": 0``): the facets of a search,

@@ -32,7 +32,9 @@ from monitor.serve.quality import data_quality
 from monitor.serve.queries import QueryState, Report
 
 ROWS = 10
-"""Rows of each list on the page (``/queries`` has them all)."""
+"""Rows of each query list on the page (``/queries`` has them all; ``top --rows`` shows as
+many by default). The worsened queries of a judged comparison are shown whole: the 20 whose
+score dropped most."""
 STALE = 300.0
 """Seconds: data older than this is shown in red (by the daemon; a replay's is as old as its
 input)."""
@@ -668,7 +670,7 @@ def _slice_queries(values: Slice, entries: list[dict[str, Any]],
         parts.append(f"<div><h3>{title}</h3>" + _table(
             ["query", "before", "after", "change"],
             [[escape(r["query"]), f"{r['before']:.3f}", f"{r['after']:.3f}",
-              change.format(r["delta"])] for r in entry["rows"][:ROWS]],
+              change.format(r["delta"])] for r in entry["rows"]],  # (at most 20: all)
         ) + "</div>")
     parts.append("</div>")
     if not worsened:

@@ -247,6 +247,19 @@ def test_the_k_anonymity_floor_counts_distinct_sessions_over_the_whole_input(
     assert log.counts["results shown for them"] == 3
 
 
+def test_ubi_queries_that_name_no_user_count_no_session_toward_the_floor(
+        tmp_path: Path) -> None:
+    """A UBI query record with neither session_id nor client_id is a session of its one
+    query: five of one text are not five users, and stay under the floor."""
+    path = tmp_path / "ubi.jsonl"
+    path.write_text("".join(json.dumps({
+        "query_id": f"u{n}", "user_query": "jane doe", "query_response_hit_ids": ["a"],
+        "timestamp": START + n * 1000}) + "\n" for n in range(5)))
+    log = read([path], min_sessions=5)
+    assert rows(log) == []
+    assert log.counts["queries under the k-anonymity floor"] == 1
+
+
 def test_the_reader_counts_what_it_cannot_use(tmp_path: Path) -> None:
     path = events_file(tmp_path / "e.jsonl", [
         query(1, "q", ["a"]), click(1, "z", 5), click(2, "a", 1),

@@ -247,6 +247,17 @@ def test_worsened_queries_are_red_only_under_a_regression() -> None:
     assert tables(news)[0][1] == ["news query", "0.900", "0.400", "-0.500"]
 
 
+def test_the_page_shows_the_20_worsened_queries_of_a_comparison_whole() -> None:
+    export = figures(T, (verdict("web", "nDCG@10", True),), web=counts())
+    entry = worsened("web", "nDCG@10")
+    entry["rows"] = [{"query": f"q{i}", "before": 0.9, "after": 0.9 - i / 100, "delta": -i / 100}
+                     for i in range(20, 0, -1)]
+    report = {"enabled": True, "min_sessions": 3, "lists": [], "worsened": [entry]}
+    html = render(export, report, now=T).decode()
+    rows = tables(html[html.index("Queries: web"):])[0][1:]
+    assert [row[0] for row in rows] == [f"q{i}" for i in range(20, 0, -1)]
+
+
 @pytest.mark.parametrize(("seconds", "text"), [
     (0, "0 s"), (119.4, "119 s"), (119.6, "2 min"), (120, "2 min"), (3599.6, "60 min"),
     (3600, "60 min"), (7199, "119 min"), (7200, "2 h"), (7260, "2 h 1 min"),

@@ -14,7 +14,7 @@ from zlib import crc32
 
 import pytest
 
-from monitor.config import Config, parse_config
+from monitor.config import Config, QueryListsConfig, parse_config
 from monitor.core.export import export
 from monitor.core.heavy import SpaceSaving
 from monitor.core.judged import Judged
@@ -186,6 +186,29 @@ def test_a_query_is_shown_only_once_min_sessions_distinct_sessions_issued_it() -
     merged = report_of(merge_replicas([STATE.validate_json(shared)] * 2))
     assert [r["query"] for r in entry(merged, "searches")] == ["popular"]
     assert entry(merged, "searches")[0]["count"] == 6
+
+
+def test_a_ubi_query_that_names_no_user_adds_no_session_toward_min_sessions() -> None:
+    """A UBI query record with neither session_id nor client_id is a session of its own
+    query: six searches of one text, perhaps by one person, are not six sessions. They are
+    counted, never shown by themselves; three with a session_id each make it shown."""
+    config = parse_config('[query_lists]\nmin_sessions = 3\nwindows = ["1h"]\n')
+    ubi = [json.dumps({
+        "query_id": f"u{i}", "user_query": "jane doe results", "timestamp": stamp(i),
+        "query_response_hit_ids": [] if i % 2 else ["d1"],
+    }).encode() for i in range(6)]
+    pipeline = fed(config, *ubi)
+    report = query_report([pipeline], pipeline, config)
+    for list_name in ("searches", "zero_results", "no_clicks"):
+        assert entry(report, list_name) == [], list_name
+    assert "jane" not in json.dumps(report)
+    named = [json.dumps({
+        "query_id": f"n{i}", "user_query": "jane doe results", "timestamp": stamp(10 + i),
+        "session_id": f"s{i}", "query_response_hit_ids": ["d1"],
+    }).encode() for i in range(3)]
+    pipeline = fed(config, *ubi, *named)
+    rows = entry(query_report([pipeline], pipeline, config), "searches")
+    assert [(r["query"], r["count"]) for r in rows] == [("jane doe results", 9)]
 
 
 def rare_and_popular(rare_sessions: list[str]) -> list[bytes]:
@@ -528,6 +551,23 @@ def letters(number: int) -> str:
         word += chr(ord("a") + digit)
         if not number:
             return word
+
+
+def test_the_memo_of_keys_holds_a_bounded_number_of_characters() -> None:
+    """The memo of text -> key is bounded by the characters it holds, not only by the
+    number of texts: 65,536 distinct texts of 390 four-byte characters stay within it."""
+    from monitor.core.querylists import MEMO_CHARS
+
+    lists = QueryLists(QueryListsConfig())
+    most = most_texts = 0
+    for i in range(65_536):
+        text = ("\U0001f600" * 380) + f" n{i}"
+        assert lists.key(text) == lists.key(text)
+        if len(lists._keys) > most_texts:
+            most_texts = len(lists._keys)
+            most = sum(len(t) for t in lists._keys)
+    assert most <= MEMO_CHARS
+    assert most_texts >= MEMO_CHARS // 390 - 1, "it memoises up to its bound"
 
 
 # --- memory --------------------------------------------------------------------------------
