@@ -46,7 +46,7 @@ def from_clicks(args: argparse.Namespace) -> int:
     if estimate.position_bias is not None:
         curve = estimate.position_bias
         first = curve[0] if len(curve) and not math.isnan(curve[0]) else math.nan
-        note("position bias (examination probability; relative to position 1): " + ", ".join(
+        note("position bias (examination relative to position 1): " + ", ".join(
             f"{k}: {value:.3f} ({value / first:.3f})" for k, value in enumerate(curve, 1)
             if not math.isnan(value)))
     if estimate.parameters:
@@ -93,8 +93,9 @@ def import_judgments(args: argparse.Namespace) -> int:
                          "belong to)")
     stamp = parse_time(args.timestamp, "--timestamp") if args.timestamp else time.time()
     try:
-        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text(
-            encoding="utf-8-sig")
+        # a byte order mark before the first line is skipped, from a file or the standard input
+        text = (sys.stdin.buffer.read().decode("utf-8-sig") if str(args.file) == "-"
+                else args.file.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read {args.file}: {error}") from None
     kind = sniff(text) if args.format == "auto" else args.format

@@ -60,8 +60,24 @@ def command(args: argparse.Namespace) -> int:
                             values)
         except FilterError as error:
             raise UsageError(str(error)) from None
-    sys.stdout.write(format_lists(report, max(args.rows, 1)))
+        except (KeyError, TypeError, AttributeError) as error:
+            raise _not_a_report(args, error) from None
+    try:
+        text = format_lists(report, max(args.rows, 1))
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise _not_a_report(args, error) from None
+    sys.stdout.write(text)
     return EXIT_OK
+
+
+def _not_a_report(args: argparse.Namespace, error: Exception) -> UsageError:
+    """A report (a file, or an endpoint's answer) without the fields of query lists."""
+    from monitor.text import printable
+
+    source = str(args.report) if args.report is not None else " ".join(
+        shown_url(url) for url in args.url)
+    return UsageError(f"{printable(source)}: not the query lists of searchmon "
+                      f"({type(error).__name__}: {printable(str(error))[:200]})")
 
 
 def _replay_queries(path: Path) -> dict[str, Any]:

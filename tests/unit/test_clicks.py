@@ -115,11 +115,30 @@ def test_pbm_recovers_the_parameters_of_a_log_drawn_from_it() -> None:
     assert estimate.position_bias is not None
     shape = estimate.position_bias / estimate.position_bias[0]
     assert np.max(np.abs(shape - theta / theta[0])) < 0.03
+    assert estimate.position_bias[0] == 1.0
     found = scores(estimate)
     fitted = np.array([found[("q", f"d{d}")] for d in range(60)])
-    # the scale is not identified: alpha * theta_1 is (about 1,000 examinations a pair: a
-    # standard error up to 0.016)
-    assert np.max(np.abs(fitted * estimate.position_bias[0] - alpha * theta[0])) < 0.08
+    # the scale is not identified: alpha * theta_1 is, the click probability at position 1,
+    # which the fit gives (about 1,000 examinations a pair: a standard error up to 0.016)
+    assert np.max(np.abs(fitted - alpha * theta[0])) < 0.08
+
+
+def test_pbm_gives_the_click_probability_at_position_1_whatever_the_top_examination() -> None:
+    """Drawn with theta_1 = 0.6: alpha as fitted is 0.6 alpha, not a point EM drifted to."""
+    rng = np.random.default_rng(5)
+    theta = np.array([0.6, 0.45, 0.3, 0.2, 0.12])
+    alpha = rng.uniform(0.05, 0.9, size=30)
+    searches = []
+    for _ in range(12_000):
+        shown = rng.permutation(30)[:5]
+        clicks = rng.random(5) < theta * alpha[shown]
+        searches.append(("q", [f"d{d}" for d in shown],
+                         [int(k) + 1 for k in np.flatnonzero(clicks)]))
+    estimate = pbm(log_of(searches))
+    found = scores(estimate)
+    fitted = np.array([found[("q", f"d{d}")] for d in range(30)])
+    assert np.max(np.abs(fitted - alpha * theta[0])) < 0.06
+    assert estimate.position_bias is not None and estimate.position_bias[0] == 1.0
 
 
 @pytest.mark.slow

@@ -213,3 +213,20 @@ def test_underscores_give_back_the_query_texts_of_from_clicks_qrels(
     assert main(["judgments", "import", str(source), "--underscores"]) == EXIT_OK
     message = json.loads(capsys.readouterr().out)
     assert (message["query_text"], message["labels"]) == ("cheap flights", {"d1": 2, "d2": 0})
+
+
+@pytest.mark.parametrize("from_stdin", [False, True])
+def test_a_byte_order_mark_is_skipped_from_a_file_or_the_standard_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        from_stdin: bool) -> None:
+    import io
+    import sys
+
+    data = b"\xef\xbb\xbfquery,docid,rating\nlaptop,d1,3\n"
+    source = tmp_path / "ratings.csv"
+    source.write_bytes(data)
+    if from_stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    assert main(["judgments", "import", "-" if from_stdin else str(source)]) == EXIT_OK
+    message = json.loads(capsys.readouterr().out)
+    assert (message["query_text"], message["labels"]) == ("laptop", {"d1": 3})

@@ -9,6 +9,7 @@ import sys
 import time
 from collections import Counter
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from zlib import crc32
 
@@ -645,3 +646,23 @@ def test_each_worsened_cell_names_the_baseline_it_was_compared_with() -> None:
                 if e["source"] == "sample"]
     baselines = {e["query_class"]: (e["sample_id"], e["baseline_id"]) for e in worsened}
     assert baselines["food"] == ("C", "A") and baselines["travel"] == ("C", "B")
+
+
+@pytest.mark.parametrize("document", [
+    {"queries": {"enabled": True, "lists": [{"list": "searches", "query_class": "all",
+                                              "rows": []}]}},
+    {"queries": {"enabled": True, "lists": [{"list": "searches", "query_class": "all",
+                                              "window": "1h", "from": "a", "to": "b",
+                                              "rows": [{"query": "x"}]}]}},
+    {"queries": {"enabled": True, "worsened": [{"measure": "AP"}]}},
+    {"queries": {"enabled": True, "lists": "none"}},
+])
+def test_top_reads_a_report_without_the_fields_of_query_lists_as_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: dict[str, Any],
+) -> None:
+    from monitor.cli.main import main
+
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(document))
+    assert main(["top", "--report", str(path)]) == 2
+    assert "not the query lists of searchmon" in capsys.readouterr().err
