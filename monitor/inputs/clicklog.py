@@ -8,8 +8,11 @@ when the list was not logged (``results_known`` false, a UBI query without hit i
 impression events. A click is on the result at its position, or, without a position, on its
 document. Queries are keyed by their text as the query lists key it (normalised, redacted).
 
-Duplicates count once: a search is its ``query_id`` (a second record of it adds nothing but
-a result list it lacked); a result is clicked or not, however many clicks it had.
+Duplicates count once: a search is its ``query_id`` and text (a second record of it adds
+nothing but a result list it lacked; another text under the id is another search, a
+refinement, as the pipeline counts it); a result is clicked or not, however many clicks it
+had. A click or an impression names only the id: it belongs to that id's search it follows
+in event time (the latest before it; before them all, the earliest).
 
 Memory grows with the searches read (a few dozen bytes per result shown), up to
 ``max_searches``: beyond, the reading stops with ``TooManySearches``.
@@ -64,13 +67,18 @@ class ClickLogReader:
         self._queries: dict[str, int] = {}
         self._sessions: list[list[int]] = []
         self._docs: dict[str, int] = {}
-        self._searches: dict[str, int] = {}
+        self._searches: dict[str, int] = {}  # query_id -> its first search
+        self._refined: dict[tuple[str, int], int] = {}  # (query_id, query) -> a later one
+        self._later: dict[int, list[int]] = {}  # an id's first search -> its later ones
         self._search_query = array("q")  # -1: no query record read (yet)
+        self._search_time = array("d")  # of its first query record (NaN: none read)
         self._listed = bytearray()  # the search's result list was logged
         # search, doc (-1 for a click without one), position: 9 bytes a row
         self._rows = (array("i"), array("i"), array("B"))
         self._impressions = (array("i"), array("i"), array("B"))
         self._clicks = (array("i"), array("i"), array("B"))
+        self._impression_time = array("d")
+        self._click_time = array("d")
 
     def add(self, result: Result) -> None:
         """One result of the decoder chain (rejections and judged messages are counted)."""
@@ -81,32 +89,43 @@ class ClickLogReader:
             self.counts["judged messages" if type(result) is JudgedMessage
                         else "actions not measured"] += 1
             return
-        event = cast(Decoded, result)[1]
+        time, event = cast(Decoded, result)
         if isinstance(event, QueryEvent):  # (with [slices], a subclass with their fields)
-            self._query(event)
+            self._query(event, time)
         elif type(event) is ClickEvent:
             doc = self._doc(event.doc_id) if event.doc_id else -1
             if doc < 0 and not event.position:
                 self.counts["clicks without a document or a position"] += 1
                 return
-            self._append(self._clicks, self._search(event.query_id), doc, event.position)
+            if self._append(self._clicks, self._search(event.query_id), doc, event.position):
+                self._click_time.append(time)
         elif type(event) is ImpressionEvent:
             if event.query_id is None or not event.doc_id or not event.position:
                 self.counts["impressions without a query, a document or a position"] += 1
                 return
-            self._append(self._impressions, self._search(event.query_id),
-                         self._doc(event.doc_id), event.position)
+            if self._append(self._impressions, self._search(event.query_id),
+                            self._doc(event.doc_id), event.position):
+                self._impression_time.append(time)
 
-    def _query(self, event: QueryEvent) -> None:
+    def _query(self, event: QueryEvent, time: float) -> None:
         search = self._search(event.query_id)
-        if self._search_query[search] < 0:
-            key = self.key(event.query_text)
-            query = self._queries.get(key)
-            if query is None:
-                query = self._queries[key] = len(self._sessions)
-                self._sessions.append([])
+        key = self.key(event.query_text)
+        query = self._queries.get(key)
+        if query is None:
+            query = self._queries[key] = len(self._sessions)
+            self._sessions.append([])
+        known = self._search_query[search]
+        if known < 0:  # the id's first query record
             self._search_query[search] = query
+            self._search_time[search] = time
             _count_session(self._sessions[query], event.session_id, self.min_sessions)
+        elif known != query:  # another text under the id: another search
+            search = self._refinement(event.query_id, search, query, time)
+            if self._search_time[search] != self._search_time[search]:  # NaN: new
+                self._search_time[search] = time
+                _count_session(self._sessions[query], event.session_id, self.min_sessions)
+        if time < self._search_time[search]:
+            self._search_time[search] = time  # its earliest record
         results = event.result_ids
         if event.results_known and results and not self._listed[search]:
             self._listed[search] = 1
@@ -122,28 +141,64 @@ class ClickLogReader:
             positions.extend(range(1, len(results) + 1))
 
     def _search(self, query_id: str) -> int:
+        """The first search of ``query_id`` (a new one, without query yet, if none)."""
         search = self._searches.get(query_id)
         if search is None:
-            search = len(self._searches)
-            if search >= self.max_searches:
-                raise TooManySearches(
-                    f"more than {self.max_searches:,} searches: read fewer files at a time")
-            self._searches[query_id] = search
-            self._search_query.append(-1)
-            self._listed.append(0)
+            search = self._searches[query_id] = self._new_search()
+        return search
+
+    def _refinement(self, query_id: str, first: int, query: int, time: float) -> int:
+        """The search of ``query`` under ``query_id`` after another text (new if none)."""
+        search = self._refined.get((query_id, query))
+        if search is None:
+            search = self._refined[(query_id, query)] = self._new_search()
+            self._search_query[search] = query
+            self._later.setdefault(first, []).append(search)
+        return search
+
+    def _new_search(self) -> int:
+        search = len(self._search_query)
+        if search >= self.max_searches:
+            raise TooManySearches(
+                f"more than {self.max_searches:,} searches: read fewer files at a time")
+        self._search_query.append(-1)
+        self._search_time.append(float("nan"))
+        self._listed.append(0)
         return search
 
     def _doc(self, doc_id: str) -> int:
         return self._docs.setdefault(doc_id, len(self._docs))
 
     def _append(self, columns: tuple[array[int], array[int], array[int]], search: int,
-                doc: int, position: int) -> None:
+                doc: int, position: int) -> bool:
         if position > MAX_POSITION:
             self.counts[f"results shown or clicked below position {MAX_POSITION}"] += 1
-            return
+            return False
         columns[0].append(search)
         columns[1].append(doc)
         columns[2].append(position)
+        return True
+
+    def _follow_refinements(self) -> None:
+        """Clicks and impressions of an id with several texts to the search of the id each
+        follows in event time (the latest before it; before them all, the earliest)."""
+        if not self._later:
+            return
+        times = np.frombuffer(self._search_time, dtype=np.float64)
+        for columns, when in ((self._clicks, self._click_time),
+                              (self._impressions, self._impression_time)):
+            searches = _column(columns[0])
+            for at in np.flatnonzero(np.isin(searches, list(self._later))).tolist():
+                first = int(searches[at])
+                candidates = sorted(
+                    (times[s] if times[s] == times[s] else float("inf"), s)
+                    for s in (first, *self._later[first])
+                )
+                chosen = candidates[0][1]
+                for started, search in candidates:
+                    if started <= when[at]:
+                        chosen = search
+                columns[0][at] = chosen
 
     def _search_rows(self) -> tuple[Column, Column, Column]:
         """search, doc, position of every result shown, ordered by search then position: the
@@ -167,6 +222,7 @@ class ClickLogReader:
 
     def finish(self) -> ClickLog:
         """The click log of everything read (every query, whatever its sessions)."""
+        self._follow_refinements()
         search, doc, position = self._search_rows()
         query = np.frombuffer(self._search_query, dtype=np.int64)[search].astype(np.int32)
         orphan = query < 0

@@ -235,6 +235,35 @@ def test_the_reader_joins_clicks_to_the_logged_list_in_any_order(tmp_path: Path)
                          ("cheap flights", "c", 3, True)]
 
 
+def test_another_text_under_a_query_id_is_another_search_its_clicks_follow_in_time(
+        tmp_path: Path) -> None:
+    """A refinement logged under the same query_id (in file order after, in event time
+    before): each text is its own search with its own list, and a click goes to the search
+    of its id it follows in event time."""
+    def record(event: str, seconds: int, text: str, results: list[str]) -> dict[str, Any]:
+        return {"type": "query", "event_id": event, "timestamp": START + seconds * 1000,
+                "session_id": "s1", "query_id": "Q1", "query_text": text,
+                "result_ids": results}
+
+    path = events_file(tmp_path / "e.jsonl", [
+        record("e1", 55, "printe", []),
+        record("e2", 30, "printer toner", ["t1", "t2"]),
+        {"type": "click", "event_id": "c1", "timestamp": START + 36_000, "session_id": "s1",
+         "query_id": "Q1", "doc_id": "t1", "position": 1},
+        record("e3", 60, "printer ink", ["i1", "i2"]),
+        {"type": "click", "event_id": "c2", "timestamp": START + 61_000, "session_id": "s1",
+         "query_id": "Q1", "doc_id": "i2", "position": 2},
+        {"type": "click", "event_id": "c3", "timestamp": START + 10_000, "session_id": "s1",
+         "query_id": "Q1", "doc_id": "t2", "position": 2},  # before them all: the earliest
+    ])
+    log = read([path])
+    assert rows(log) == [
+        ("printer toner", "t1", 1, True), ("printer toner", "t2", 2, True),
+        ("printer ink", "i1", 1, False), ("printer ink", "i2", 2, True),
+    ]
+    assert log.counts["clicks on a result not shown"] == 0
+
+
 def test_without_a_logged_list_the_impression_events_are_what_was_shown(
         tmp_path: Path) -> None:
     def ubi(action: str, doc: str, index: int) -> dict[str, Any]:
