@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from monitor.config import ImplicitConfig
 from monitor.inputs.clicklog import ClickLogReader, TooManySearches
-from monitor.inputs.events import Live
+from monitor.inputs.events import ClickEvent, ImpressionEvent, Live
 from monitor.offline.clicks import MODELS, THRESHOLDS, kept, label
 
 
@@ -38,10 +39,21 @@ class ImplicitLabels:
     """The results shown in the interval, the model's input (for the log)."""
     left_out: int
     """Events of the interval's searches past ``max_searches``, left out."""
+    unmatched: int = 0
+    """Clicks read in the interval whose search it did not read (before it, or a click
+    more than ``GRACE`` after the end of its search's interval): left out."""
+
+
+GRACE = 300.0
+"""Seconds of event time a fitted interval waits after its end (at most the interval): a
+click or an impression of one of its searches that comes after the end, within them, still
+counts there (a search just before the end has its clicks just after)."""
 
 
 class Implicit:
-    """Reads a partition's accepted events, fitting a click model every ``interval``."""
+    """Reads a partition's accepted events, fitting a click model every ``interval``: the
+    searches of an interval, with their clicks and impressions up to ``GRACE`` after its end
+    (those of later searches go to the next interval)."""
 
     def __init__(self, config: ImplicitConfig, min_sessions: int,
                  key: Callable[[str], str]) -> None:
@@ -55,29 +67,45 @@ class Implicit:
         self.fits = 0
         self._left_out = 0
         self._reader = self._new_reader()
+        self._ended: ClickLogReader | None = None
+        """The interval before, ended at ``_ended_at`` and not fitted yet: it takes the
+        clicks and impressions of its searches until ``GRACE`` after its end."""
+        self._ended_at = float("-inf")
+        self._grace = min(GRACE, config.interval)
 
     def _new_reader(self) -> ClickLogReader:
         return ClickLogReader(self.min_sessions, self.key, self.config.max_searches)
 
     def add(self, time: float, event: Live) -> ImplicitLabels | None:
         """An accepted query, click or impression at event ``time``; the labels of the
-        interval before it, when it is the first event past that interval's end."""
+        interval before, when it is the first event ``GRACE`` past that interval's end."""
         fitted = None
+        if self._ended is not None and time >= self._ended_at + self._grace:
+            fitted = self._fit(self._ended, self._ended_at)
+            self._ended = None
         if time >= self.due:
             interval = self.config.interval
-            if self.due > float("-inf"):
-                fitted = self.fit(self.due)
+            if self.due > float("-inf"):  # (the one before is fitted: a grace <= interval)
+                self._ended, self._ended_at = self._reader, self.due
+                self._reader = self._new_reader()
             self.due = (time // interval + 1) * interval
+        reader = self._reader
+        ended = self._ended
+        if ended is not None and type(event) in (ClickEvent, ImpressionEvent):
+            query_id = cast(ClickEvent | ImpressionEvent, event).query_id
+            if query_id is not None and ended.knows(query_id) and not reader.knows(query_id):
+                reader = ended  # a click or an impression of a search of the interval before
         try:
-            self._reader.add((time, event))
+            reader.add((time, event))
         except TooManySearches:
             self._left_out += 1  # past max_searches: the interval's further searches
         return fitted
 
-    def fit(self, end: float) -> ImplicitLabels:
-        """The labels of the searches read so far; the reading starts over."""
-        reader, self._reader = self._reader, self._new_reader()
-        clicks = reader.finish().public(self.min_sessions)
+    def _fit(self, reader: ClickLogReader, end: float) -> ImplicitLabels:
+        """The labels of the searches ``reader`` read, an interval that ended at ``end``."""
+        whole = reader.finish()
+        unmatched = whole.counts["clicks of searches whose results are unknown"]
+        clicks = whole.public(self.min_sessions)
         estimate = self.model(clicks)
         chosen = np.flatnonzero(kept(estimate, self.config.min_impressions))
         grades = label(estimate.score[chosen], self.thresholds)
@@ -87,4 +115,4 @@ class Implicit:
             labels.setdefault(query, {})[estimate.docs[int(estimate.doc[pair])]] = int(grade)
         self.fits += 1
         left_out, self._left_out = self._left_out, 0
-        return ImplicitLabels(end, labels, len(clicks.search), left_out)
+        return ImplicitLabels(end, labels, len(clicks.search), left_out, unmatched)

@@ -411,9 +411,10 @@ class Pipeline:
                 fitted = self.implicit.add(accepted[0], event)
                 if fitted is not None:
                     log.info("implicit judgments: %s fitted on %d results shown: %d queries "
-                             "labelled (%d events past max_searches left out)",
+                             "labelled (%d events past max_searches left out, %d clicks "
+                             "without their search)",
                              self.config.implicit.model, fitted.shown, len(fitted.labels),
-                             fitted.left_out)
+                             fitted.left_out, fitted.unmatched)
                     self._implicit_labels(fitted)
             if query:
                 if TYPE_CHECKING:  # a query (``cast`` is a call: not per event)

@@ -140,6 +140,11 @@ class ClickLogReader:
             shown.extend([index(d, len(docs)) for d in results])
             positions.extend(range(1, len(results) + 1))
 
+    def knows(self, query_id: str) -> bool:
+        """Whether a query record of ``query_id`` was read."""
+        search = self._searches.get(query_id)
+        return search is not None and self._search_query[search] >= 0
+
     def _search(self, query_id: str) -> int:
         """The first search of ``query_id`` (a new one, without query yet, if none)."""
         search = self._searches.get(query_id)

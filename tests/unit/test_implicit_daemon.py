@@ -9,7 +9,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from monitor.config import parse_config
 from monitor.core.classes import normalise
 from monitor.core.export import export
+from monitor.core.implicit import ImplicitLabels
 from monitor.core.pipeline import Pipeline
+from monitor.inputs.clicklog import ClickLogReader
 from monitor.inputs.generate import Traffic, World, events, true_grades
 from monitor.serve.metrics import ExportCollector
 from monitor.serve.page import render
@@ -90,3 +92,33 @@ def test_queries_with_dimension_values_are_read_too() -> None:
         pipeline.feed(line)
     assert pipeline.implicit is not None and pipeline.implicit.fits == 1
     assert len(pipeline.judged.implicit) >= 20
+
+
+def test_clicks_just_after_an_interval_ends_count_with_their_search() -> None:
+    """Fitted every minute, 30 minutes of traffic: a search just before an interval's end
+    has its clicks just after it; they count in its interval (fitted once its grace is
+    over), not as clicks without a search in the next."""
+    config = parse_config(
+        '[implicit]\nenabled = true\nmodel = "coec"\ninterval = "1m"\nmin_impressions = 1\n'
+        '[query_lists]\nmin_sessions = 1\n'
+    )
+    pipeline = Pipeline(config)
+    implicit = pipeline.implicit
+    assert implicit is not None
+    fits: list[ImplicitLabels] = []
+    fit = implicit._fit
+
+    def recorded(reader: ClickLogReader, end: float) -> ImplicitLabels:
+        fits.append(fit(reader, end))
+        return fits[-1]
+
+    implicit._fit = recorded  # type: ignore[method-assign]
+    clicks = 0
+    traffic = Traffic(seed=3, duration=1800, sessions_per_second=2.0, malformed_rate=0,
+                      duplicate_rate=0)
+    for _, _, line in events(World.build(3, size=300), traffic):
+        clicks += b'"type":"click"' in line or b'"type": "click"' in line
+        assert pipeline.feed(line) is None
+    assert len(fits) >= 28 and clicks > 3000
+    assert [f.time for f in fits] == sorted(f.time for f in fits)
+    assert sum(f.unmatched for f in fits) <= clicks / 100
