@@ -178,7 +178,9 @@ def merge_replicas(states: Sequence[QueryState]) -> QueryState:
     merge per window and class (``all`` too); the worsened queries are those of the replica
     holding the offline state. Raises ``StateError`` when the replicas' settings differ or a
     state is malformed. A query only some replica could show stays unshown where no replica
-    could: k-anonymity is decided per replica."""
+    could: k-anonymity is decided per replica. As for partitions, one cutoff: a replica
+    whose window ended a whole window before the newest one's (stuck, lagging or quiet)
+    is not in that window."""
     first = states[0]
     for state in states:
         require((state.enabled, state.capacity, state.min_sessions) == (
@@ -196,6 +198,8 @@ def merge_replicas(states: Sequence[QueryState]) -> QueryState:
     windows = []
     for length in sorted({w.window for s in states for w in s.windows}):
         parts = [w for s in states for w in s.windows if w.window == length]
+        latest = max(p.end for p in parts)
+        parts = [p for p in parts if p.end > latest - length]
         by_slice: dict[tuple[str, ...], list[PublicTally]] = {}
         for part in parts:
             for values, tally in zip(part.slices, part.tallies, strict=True):

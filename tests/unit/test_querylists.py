@@ -237,6 +237,26 @@ def test_the_state_of_a_replica_is_the_same_without_the_searches_it_hides() -> N
     assert [r["query"] for r in entry(report_of(state), "searches")] == ["shoes"]
 
 
+def test_a_replica_whose_window_ended_a_window_ago_is_not_in_the_last_one() -> None:
+    """One replica stuck at 08:00, the other at 16:00: the last hour merged is the newer
+    one's alone (before, the old replica's queries were listed as the last hour's); a
+    replica a quarter of an hour behind still counts."""
+    config = parse_config('[query_lists]\nmin_sessions = 1\nwindows = ["1h"]\n')
+
+    def replica(start: float, text: str) -> Any:
+        pipeline = fed(config, *(query(f"{text}{i}", start + 60.0 * i, f"s{i}", f"{text}{i}",
+                                       text=text) for i in range(5)))
+        return STATE.validate_json(STATE.dump_json(query_state([pipeline], None, config)))
+
+    old, new, behind = replica(8 * HOUR, "python"), replica(16 * HOUR, "rust"), replica(
+        15.75 * HOUR, "go")
+    merged = report_of(merge_replicas([old, new]))
+    assert {r["query"] for r in entry(merged, "searches")} == {"rust"}
+    assert entry(merged, "searches")[0]["count"] == 5
+    both = report_of(merge_replicas([old, new, behind]))
+    assert {r["query"] for r in entry(both, "searches")} == {"rust", "go"}
+
+
 def test_a_merge_counts_a_query_where_it_may_be_shown_and_nowhere_else() -> None:
     """One replica shows "rare words" (five sessions), the other hides it (three searches
     by two sessions): merged, the row is the first replica's. Before, it was 3 higher with
