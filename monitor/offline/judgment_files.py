@@ -97,10 +97,14 @@ def read_csv(text: str) -> Ratings:
     """``query,docid,rating[,rater]`` rows. A first row whose third field is not a number is
     a header: then the columns are found by name (``QUERY_NAMES``, ``DOC_NAMES``,
     ``RATING_NAMES``, ``RATER_NAMES``; Quepid's ``Query Text,Doc ID,Rating`` among them) and
-    other columns are ignored. Blank rows are skipped."""
+    other columns are ignored. A header with a query and a document column but no rating
+    column is one column per rater, named by the header (Quepid's export of a book's
+    judgements: ``query,docid,<judge>,<judge>...``); an empty cell is no rating of that
+    rater. Blank rows are skipped."""
     rows = csv.reader(io.StringIO(text))
     found = Ratings()
     columns: tuple[int, int, int, int | None] = (0, 1, 2, 3)
+    raters: list[tuple[int, str]] = []  # one column per rater (no rating column)
     first = True
     for row in rows:
         number = rows.line_num
@@ -109,8 +113,11 @@ def read_csv(text: str) -> Ratings:
         if first:
             first = False
             if len(row) < 3 or _rating(row[2]) is None:  # a header
-                columns = _header(row)
+                columns, raters = _header(row)
                 continue
+        if raters:
+            _per_rater(row, columns, raters, number, found)
+            continue
         query_at, doc_at, rating_at, rater_at = columns
         if len(row) <= max(query_at, doc_at, rating_at):
             found.leave_out("fewer fields than the header", number)
@@ -125,19 +132,54 @@ def read_csv(text: str) -> Ratings:
             continue
         rater = row[rater_at].strip() if rater_at is not None and rater_at < len(row) else ""
         found.ratings.append(Rating(query, doc, value, rater))
+    if raters and not found.ratings:  # (a column of comments is no rater)
+        raise JudgmentFileError(
+            f"the header ({','.join(name for _, name in raters)} beside the query and the "
+            "document) names no rating column, and no other column holds a rating")
     return found
 
 
-def _header(row: Sequence[str]) -> tuple[int, int, int, int | None]:
+def _per_rater(row: Sequence[str], columns: tuple[int, int, int, int | None],
+               raters: list[tuple[int, str]], number: int, found: Ratings) -> None:
+    """A row of a file with one column per rater: a rating per non-empty cell."""
+    query_at, doc_at = columns[0], columns[1]
+    if len(row) <= max(query_at, doc_at):
+        found.leave_out("fewer fields than the header", number)
+        return
+    query, doc = row[query_at].strip(), row[doc_at].strip()
+    if not query or not doc:
+        found.leave_out("an empty query or document", number)
+        return
+    for at, rater in raters:
+        cell = row[at].strip() if at < len(row) else ""
+        if not cell:
+            continue  # not rated by this rater
+        value = _rating(cell)
+        if value is None or not 0 <= value <= MAX_RATING:
+            found.leave_out("a rating that is not a number >= 0", number)
+            continue
+        found.ratings.append(Rating(query, doc, value, rater))
+
+
+def _header(row: Sequence[str]) -> tuple[tuple[int, int, int, int | None],
+                                         list[tuple[int, str]]]:
+    """The columns a header names, and with no rating column but others, the raters'
+    columns (one per rater, the header naming the rater)."""
     query, doc, rating = (_column(row, names) for names in (QUERY_NAMES, DOC_NAMES,
                                                               RATING_NAMES))
+    if query is not None and doc is not None and rating is None:
+        raters = [(at, name.strip()) for at, name in enumerate(row)
+                  if at not in (query, doc) and name.strip()]
+        if raters:
+            return (query, doc, -1, None), raters
     if query is None or doc is None or rating is None:
         missing = [what for what, at in (("query", query), ("document", doc),
                                          ("rating", rating)) if at is None]
         raise JudgmentFileError(
             f"the header ({','.join(row)}) names no {' and no '.join(missing)} column; "
-            f"expected e.g. query,docid,rating[,rater]")
-    return query, doc, rating, _column(row, RATER_NAMES)
+            f"expected e.g. query,docid,rating[,rater], or query,docid then one column per "
+            f"rater")
+    return (query, doc, rating, _column(row, RATER_NAMES)), []
 
 
 READERS: dict[str, Callable[[str], Ratings]] = {"csv": read_csv, "qrels": read_qrels}

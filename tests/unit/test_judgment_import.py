@@ -71,6 +71,20 @@ def test_csv_without_a_header_is_query_doc_rating_rater() -> None:
         ("a, b", {"d1": 2})]
 
 
+def test_a_header_of_query_doc_and_one_column_per_rater_is_read_per_rater() -> None:
+    """Quepid's export of a book's judgements: a column per judge, named by the judge; an
+    empty cell is no rating of that judge."""
+    found = read_csv("query,docid,Alice Smith,Bob Jones\nlaptop,d1,3,2\nlaptop,d2,0,1\n"
+                     "phone,d3,2,\nphone,d4,x,1\n")
+    assert found.ratings == [
+        Rating("laptop", "d1", 3.0, "Alice Smith"), Rating("laptop", "d1", 2.0, "Bob Jones"),
+        Rating("laptop", "d2", 0.0, "Alice Smith"), Rating("laptop", "d2", 1.0, "Bob Jones"),
+        Rating("phone", "d3", 2.0, "Alice Smith"), Rating("phone", "d4", 1.0, "Bob Jones"),
+    ]
+    assert found.left_out == {"a rating that is not a number >= 0": (1, 5)}
+    assert units(found.ratings)[("laptop", "d2")] == {"Alice Smith": 0, "Bob Jones": 1}
+
+
 def test_a_header_without_a_rating_column_is_an_error() -> None:
     with pytest.raises(JudgmentFileError, match="no rating"):
         read_csv("query,doc,comment\nq,d,fine\n")
