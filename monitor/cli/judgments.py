@@ -103,8 +103,10 @@ def import_judgments(args: argparse.Namespace) -> int:
         found = READERS[kind](text)
     except JudgmentFileError as error:
         raise UsageError(f"{args.file}: {error}") from None
-    if args.underscores and kind == "qrels":
-        found.ratings = [rating._replace(query=rating.query.replace("_", " "))
+    if args.underscores and kind == "qrels":  # topics as from-clicks writes them
+        from monitor.offline.clicks import query_text
+
+        found.ratings = [rating._replace(query=query_text(rating.query))
                          for rating in found.ratings]
     for reason, (count, first) in found.left_out.items():
         note(f"{count:,} rows left out: {reason} (the first on line {first})")

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -417,10 +418,26 @@ def as_csv(estimate: Estimate, mask: np.ndarray[Any, np.dtype[np.bool_]]) -> str
     return out.getvalue()
 
 
+QRELS_ESCAPES = {"%": "%25", "_": "%5F", "#": "%23"}
+"""What a topic id escapes, so that its blanks can be ``_`` and it is never a comment."""
+
+
 def qrels_id(text: str) -> str:
-    """A query's topic id in qrels: its key with every run of whitespace as ``_`` (a qrels
-    line is whitespace-separated)."""
-    return "_".join(text.split()) or "_"
+    """A query's topic id in qrels: its key with ``%``, ``_`` and ``#`` escaped
+    (``QRELS_ESCAPES``), then every run of whitespace as ``_`` (a qrels line is
+    whitespace-separated; a line beginning with ``#`` is a comment). ``query_text`` reads
+    it back."""
+    escaped = "".join(QRELS_ESCAPES.get(c, c) for c in text)
+    return "_".join(escaped.split()) or "_"
+
+
+_UNESCAPE = re.compile("|".join(re.escape(e) for e in QRELS_ESCAPES.values()), re.IGNORECASE)
+_UNESCAPED = {e.upper(): c for c, e in QRELS_ESCAPES.items()}
+
+
+def query_text(topic: str) -> str:
+    """The query text of a topic id ``qrels_id`` wrote: ``_`` a blank, the escapes undone."""
+    return _UNESCAPE.sub(lambda m: _UNESCAPED[m.group().upper()], topic.replace("_", " "))
 
 
 def as_qrels(estimate: Estimate, mask: np.ndarray[Any, np.dtype[np.bool_]],

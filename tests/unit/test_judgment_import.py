@@ -244,3 +244,22 @@ def test_a_byte_order_mark_is_skipped_from_a_file_or_the_standard_input(
     assert main(["judgments", "import", "-" if from_stdin else str(source)]) == EXIT_OK
     message = json.loads(capsys.readouterr().out)
     assert (message["query_text"], message["labels"]) == ("laptop", {"d1": 3})
+
+
+@pytest.mark.parametrize("text", [
+    "c_sharp tutorial", "#blackfriday deals", "100% cotton", "a%5Fb _ #x", "plain words",
+])
+def test_from_clicks_topics_come_back_as_the_very_query_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    """A query key with underscores, a leading #, or % survives the qrels round trip:
+    written by from-clicks, read back with --underscores (and never as a comment)."""
+    from monitor.offline.clicks import qrels_id, query_text
+
+    topic = qrels_id(text)
+    assert not topic.startswith("#") and len(topic.split()) == 1
+    assert query_text(topic) == " ".join(text.split())
+    source = tmp_path / "clicks.qrels"
+    source.write_text(f"{topic} 0 d1 2\n")
+    assert main(["judgments", "import", str(source), "--underscores"]) == EXIT_OK
+    message = json.loads(capsys.readouterr().out)
+    assert message["query_text"] == " ".join(text.split())
