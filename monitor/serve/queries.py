@@ -317,7 +317,9 @@ def select(
 ) -> Report:
     """``report`` with only the entries of ``query_class``, ``window`` (``1h``, ``24h``,
     or any duration such as ``3600``), ``list_name`` (one of ``LISTS`` or ``worsened``)
-    and the dimension ``values`` (``{"platform": "ios"}``: the slices with that value)."""
+    and the dimension ``values`` (``{"platform": "ios"}``: the slices with that value).
+    A class or a window that no list of the report has raises ``FilterError`` (naming
+    those it has), once anything is counted."""
     unkept = sorted(set(values or ()) - set(report.get("dimensions", ())))
     if unkept:
         kept = ", ".join(report.get("dimensions", ())) or "none"
@@ -331,6 +333,16 @@ def select(
             seconds = parse_duration(window if not window.isdigit() else float(window))
         except ValueError:
             raise FilterError(f"window {window!r}: expected a duration such as 1h") from None
+    entries = report.get("lists", [])
+    if entries:  # a value none of them has is a mistake, not "nothing counted"
+        classes = sorted({e["query_class"] for e in entries})
+        if query_class is not None and query_class not in classes:
+            raise FilterError(f"class {query_class!r}: no list of it (classes: "
+                              f"{', '.join(classes)})")
+        windows = sorted({e["window"] for e in entries}, key=parse_duration)
+        if seconds is not None and all(parse_duration(w) != seconds for w in windows):
+            raise FilterError(f"window {window!r}: no list of it (windows: "
+                              f"{', '.join(windows)})")
 
     def keep(entry: dict[str, Any], kind: str) -> bool:
         if query_class is not None and entry["query_class"] != query_class:

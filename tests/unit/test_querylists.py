@@ -563,6 +563,14 @@ def test_filters_select_by_class_window_and_list() -> None:
         select(report, list_name="top")
     with pytest.raises(FilterError, match="duration"):
         select(report, window="yesterday")
+    # a class or window no list has is a mistake to say, not an empty answer
+    with pytest.raises(FilterError, match=r"class 'Navigational': no list of it \(classes: "
+                                          r"all, .*navigational"):
+        select(report, "Navigational")
+    with pytest.raises(FilterError, match=r"window '2h': no list of it \(windows: 1h, 24h\)"):
+        select(report, window="2h")
+    nothing = {**report, "lists": [], "worsened": []}  # before anything is counted
+    assert select(nothing, "Navigational", "2h")["lists"] == []
 
 
 def letters(number: int) -> str:
