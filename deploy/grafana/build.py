@@ -41,6 +41,7 @@ class Panel(NamedTuple):
     description: str
     targets: list[tuple[str, str]]  # (legend, expr)
     alerts: tuple[str, ...] = ()  # alerts whose runbook sections the panel links to
+    needs: str = ""  # what must be configured or sent for it to have data (else: always)
 
 
 def _rate(family: str, labels: str = TARGET, by: str = "") -> str:
@@ -144,20 +145,30 @@ def _slices(dimensions: Sequence[str]) -> list[Panel]:
               ("SearchSliceSessionSuccessDropWeekOverWeek", "SearchSliceAbandonmentRise")),
         Panel("Click-through rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of queries with a click. " + WEEK,
-              recorded("search_ctr:ratio_rate", "1h"),
+              recorded("search_ctr:ratio_rate", "5m", "1h"),
               ("SearchSliceCTRDropWeekOverWeek",)),
+        Panel("Click rate per impression by slice", "percentunit",
+              SLICE_OVERVIEW + "clicks per result shown.",
+              recorded("search_click_rate_per_impression:ratio_rate", "5m", "1h")[:2]),
         Panel("Zero-result rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of queries that returned nothing. " + WEEK,
-              recorded("search_zero_result_rate:ratio_rate", "1h"),
+              recorded("search_zero_result_rate:ratio_rate", "5m", "1h"),
               ("SearchSliceZeroResultRateRise",)),
         Panel("Abandonment rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of sessions without a click. " + WEEK,
-              recorded("search_abandonment_rate:ratio_rate", "1h"),
+              recorded("search_abandonment_rate:ratio_rate", "5m", "1h"),
               ("SearchSliceAbandonmentRise",)),
         Panel("Session success rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of sessions with a long click or a conversion. " + WEEK,
-              recorded("search_session_success_rate:ratio_rate", "1h"),
+              recorded("search_session_success_rate:ratio_rate", "5m", "1h"),
               ("SearchSliceSessionSuccessDropWeekOverWeek",)),
+        Panel("Slices in use and values folded", "short", "Label sets of the online "
+              "families (bounded by [slices] max_series), and queries per second whose value "
+              "of a dimension counted as other (outside its value set, or past the budget).",
+              [("{{instance}} slices", f"searchmon_slices{{{TARGET}}}"),
+               ("folded {{dimension}}",
+                _rate("searchmon_slice_values_folded_total", by="dimension"))],
+              needs="[slices] dimensions, for the folded values"),
     ]
 
 
@@ -223,6 +234,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
                (f"{C} {{{{measure}}}} shared queries",
                 f"search_judged_shared_queries{{{CT}}}")],
               ("SearchJudgedRegression",)),
+        Panel("A lasting regression: time since first flagged", "s", "While a class and "
+              "measure stay flagged: how long since the event time of the sample it was "
+              "first flagged at (the alert's description says since when).",
+              [(f"{C} {{{{measure}}}}",
+                f"time() - search_judged_regression_since_timestamp_seconds{{{CT}}}")],
+              ("SearchJudgedRegression",), needs="a regression flagged"),
+        Panel("A lasting regression: samples in a row", "short", "While a class and measure "
+              "stay flagged: how many samples in a row are flagged, up to the latest.",
+              [(f"{C} {{{{measure}}}}", f"search_judged_regression_samples{{{CT}}}")],
+              ("SearchJudgedRegression",), needs="a regression flagged"),
+        Panel("Raters' agreement", "short", "Agreement of the raters over the newest judged "
+              "sample that carried one (judgments import with several raters): Cohen's or "
+              "Fleiss' kappa, Krippendorff's alpha.",
+              [("{{statistic}}", f"search_judged_rater_agreement{{{TARGET}}}")],
+              needs="judgments of several raters imported"),
         Panel("Judged@10 coverage", "percentunit", "Share of the top 10 results that are "
               "judged, latest sample; below 0.8 the means drift down.",
               [(C, 'search_judged_score_mean{measure="Judged@10", source="sample", '
@@ -294,6 +320,64 @@ ROWS: list[tuple[str, list[Panel]]] = [
               [("{{instance}}", f"process_resident_memory_bytes{{{TARGET}}}")]),
         Panel("Query classes in use", "short", "Query classes configured, 'other' included.",
               [("{{instance}}", f"searchmon_query_classes{{{TARGET}}}")]),
+        Panel("Data quality per second", "reqps", "Signs of a log that misleads: clicks, "
+              "impressions and conversions whose query never came; query ids reused with "
+              "another session or text; queries without their result list; impressions "
+              "without a position; UBI query records merged into a search already counted; "
+              "zero-result queries that got a click.",
+              [("unmatched events", _rate("searchmon_unmatched_events_total")),
+               ("reused query ids", _rate("searchmon_reused_query_ids_total")),
+               ("unlisted queries", _rate("searchmon_unlisted_queries_total")),
+               ("impressions without position",
+                _rate("searchmon_impressions_without_position_total")),
+               ("merged query records", _rate("searchmon_merged_query_records_total")),
+               ("clicked zero-result queries",
+                _rate("search_clicked_zero_result_queries_total", CT))]),
+        Panel("Build", "short", "The running versions (searchmon, Python, kafka-python) and "
+              "whether the hot path runs compiled: one series per build, 1 while it runs.",
+              [("{{instance}} {{version}} compiled={{compiled}}",
+                f"searchmon_build_info{{{TARGET}}}")]),
+    ]),
+    ("Experiments", [
+        Panel("Units per variant, and sample ratio mismatch", "short", "Randomization units "
+              "seen per variant; the chi-square p-value of the units against the configured "
+              "split (below 0.001 the verdicts are not to be trusted: the mismatch flag is 1).",
+              [("{{experiment}} {{variant}} units", f"search_experiment_units{{{TARGET}}}"),
+               ("{{experiment}} SRM p-value", f"search_experiment_srm_pvalue{{{TARGET}}}"),
+               ("{{experiment}} mismatch",
+                f"search_experiment_sample_ratio_mismatch{{{TARGET}}}")],
+              needs="[[experiments]] configured"),
+        Panel("Metric per variant", "short", "Each metric of each variant, pooled over its "
+              "units (ctr: clicked queries / queries, ...).",
+              [("{{experiment}} {{variant}} {{metric}}", f"search_experiment_value{{{TARGET}}}")],
+              needs="[[experiments]] configured"),
+        Panel("Treatment minus control, with its intervals", "short", "The delta of each "
+              "treatment against the control, its relative lift, and the bounds of its 95% "
+              "intervals (fixed-horizon and always-valid).",
+              [("{{experiment}} {{variant}} {{metric}} delta",
+                f"search_experiment_delta{{{TARGET}}}"),
+               ("{{experiment}} {{variant}} {{metric}} lift",
+                f"search_experiment_relative_lift{{{TARGET}}}"),
+               ("{{experiment}} {{variant}} {{metric}} {{kind}} {{bound}}",
+                f"search_experiment_interval{{{TARGET}}}")],
+              needs="[[experiments]] configured"),
+        Panel("Verdicts and p-values", "short", "The always-valid verdict of each treatment "
+              "on each metric (1 better, 0 inconclusive, -1 worse) and the p-values of its "
+              "delta (fixed-horizon, Holm-adjusted, always-valid).",
+              [("{{experiment}} {{variant}} {{metric}} verdict",
+                f"search_experiment_verdict{{{TARGET}}}"),
+               ("{{experiment}} {{variant}} {{metric}} {{kind}} p",
+                f"search_experiment_pvalue{{{TARGET}}}")],
+              needs="[[experiments]] configured"),
+        Panel("Interleaving: preference and outcomes", "short", "Team-draft interleaving: "
+              "the preference for ranker a (positive: a is preferred) with its 95% bootstrap "
+              "interval, and the interleaved queries with a credited click per second, by "
+              "outcome.",
+              [("{{a}} vs {{b}} preference", f"search_interleaving_preference{{{TARGET}}}"),
+               ("{{a}} vs {{b}} {{bound}}", f"search_interleaving_interval{{{TARGET}}}"),
+               ("{{a}} vs {{b}} {{outcome}}",
+                _rate("search_interleaving_queries_total", by="a, b, outcome"))],
+              needs="interleaved result lists (result_teams)"),
     ]),
 ]
 
@@ -405,6 +489,12 @@ def queries(dimensions: Sequence[str] = DIMENSIONS) -> list[tuple[str, str]]:
                 expr = re.sub(r"\$\w+", lambda m: values.get(m.group(0), m.group(0)), expr)
                 found.append((panel.title, expr))
     return found
+
+
+def needs() -> dict[str, str]:
+    """Panel title -> what must be configured or sent for its data (the panels that have
+    data whatever the configuration are not in it)."""
+    return {panel.title: panel.needs for _, panels in rows() for panel in panels if panel.needs}
 
 
 def dashboard_json(dimensions: Sequence[str] = DIMENSIONS) -> str:

@@ -75,11 +75,15 @@ def test_dimensions_are_renamed_in_rules_and_dashboard(
     assert done.returncode == 0, done.stderr
     rules_path = tmp_path / "searchmon.rules.yml"
     rules, dashboard = rules_path.read_text(), (tmp_path / "searchmon.json").read_text()
-    # the experiment alerts' `variant` label is an experiment's arm, no slice dimension
+    # the experiment alerts' and panels' `variant` label is an experiment's arm, no slice
+    # dimension
     sliced = "\n".join(line for line in rules.splitlines()
                        if "experiment" not in line.lower())
+    whole = json.loads(dashboard)
+    board = json.dumps({**whole, "panels": [p for p in whole["panels"]
+                                            if "experiment" not in json.dumps(p).lower()]})
     for gone in set(SHIPPED_DIMENSIONS) - set(dimensions):
-        for text in (sliced, dashboard):
+        for text in (sliced, board):
             assert not re.search(rf"\b{gone}\b", text), f"{gone} is left"
 
     grouping = f"by (query_class, {', '.join(dimensions)})"
