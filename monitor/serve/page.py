@@ -694,7 +694,9 @@ def _slice_queries(values: Slice, entries: list[dict[str, Any]],
 
 
 def _bounded(row: dict[str, Any]) -> list[str]:
-    error = f" <span class=muted>(&plusmn;{row['error']:,})</span>" if row["error"] else ""
+    # the true count lies in [count - error, count]: an overestimate, never below
+    error = (f" <span class=muted>(at least {row['count'] - row['error']:,})</span>"
+             if row["error"] else "")
     return [escape(row["query"]), f"{row['count']:,}{error}"]
 
 

@@ -414,7 +414,8 @@ def format_lists(report: Report, rows: int) -> str:
                 for r in entry["rows"][:rows]
             ]
         else:
-            table = [["query", "count", "± error"]] + [
+            # the true count lies in [count - error, count]
+            table = [["query", "count", "may overcount by"]] + [
                 [r["query"], str(r["count"]), str(r["error"])] for r in entry["rows"][:rows]
             ]
         out += _aligned(table) if len(table) > 1 else ["  (none shown)"]
