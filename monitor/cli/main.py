@@ -505,9 +505,16 @@ def _judgment_commands(commands: Any) -> None:
         "sample", help="queries of search logs picked for judging, with their served results",
         description="Pick COUNT queries of EVENTS (every input replay reads) for judging, "
         "each with the result list it was last served, as CSV (a row per result) or JSON. "
-        "Only queries at least --min-sessions distinct sessions issued can be picked.",
+        "Only queries at least --min-sessions distinct sessions issued can be picked. With "
+        "--url, pick them from running daemons' query lists instead (their counts; the "
+        "lists keep no served lists).",
     )
-    sm.add_argument("events", type=Path, nargs="+", metavar="EVENTS", help="event file")
+    sm.add_argument("events", type=Path, nargs="*", metavar="EVENTS", help="event file")
+    sm.add_argument("--url", action="append", metavar="URL",
+                    help="a daemon (or replay --serve) whose query lists to pick from, "
+                    "instead of EVENTS; one per replica (repeatable)")
+    sm.add_argument("--window", metavar="DURATION",
+                    help="with --url: the lists' window (default: the longest)")
     sm.add_argument("-n", "--count", type=_positive, default=100, metavar="COUNT",
                     help="queries to pick (default 100)")
     sm.add_argument("--method", choices=("random", "top", "pps"), default="pps",

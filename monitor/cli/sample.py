@@ -1,5 +1,6 @@
 """``searchmon sample``: queries of search logs picked for judging, each with the results it
-was last served."""
+was last served; or queries of a running daemon's query lists (``--url``), which keep counts,
+not served lists."""
 
 from __future__ import annotations
 
@@ -25,9 +26,16 @@ def command(args: argparse.Namespace) -> int:
     from monitor.offline.sampling import Candidate, sample
 
     config = load(args.config)
+    if args.url and args.events:
+        raise UsageError("give search logs (EVENTS) or --url (a running daemon's lists), "
+                         "not both")
+    if not args.url and not args.events:
+        raise UsageError("give search logs (EVENTS) or --url (a running daemon's lists)")
+    by = list(dict.fromkeys(args.by or []))
+    if args.url:
+        return _from_lists(args, by)
     if not config.query_lists.enabled:
         raise UsageError("[query_lists] enabled = false: no query text may be shown")
-    by = list(dict.fromkeys(args.by or []))
     dimensions = tuple(name for name in by if name != "class")
     classes = QueryClasses.from_config(config.query_classes)
 
@@ -76,4 +84,90 @@ def command(args: argparse.Namespace) -> int:
         for rank, doc in enumerate(record.results or [""], 1):
             writer.writerow([c.query, record.query_class, *values, c.searches,
                              rank if doc else "", doc])
+    return EXIT_OK
+
+
+def _from_lists(args: argparse.Namespace, by: list[str]) -> int:
+    """Queries of the daemons' query lists (``/queries/state`` of each ``--url``, merged as
+    ``top`` merges replicas): the searches list of one window, the queries the daemons may
+    show (their k-anonymity floor). The lists keep counts, not served lists: no results."""
+    from pydantic import ValidationError
+
+    from monitor.cli.top import fetch
+    from monitor.config import parse_duration, window_label
+    from monitor.core.classes import ALL
+    from monitor.core.snapshots import StateError
+    from monitor.offline.sampling import Candidate, sample
+    from monitor.serve.queries import STATE, merge_replicas
+    from monitor.text import printable
+
+    try:
+        state = merge_replicas([STATE.validate_json(fetch(url, "/queries/state"))
+                                for url in args.url])
+    except (ValidationError, StateError) as error:
+        raise UsageError("cannot read the daemons' query lists: " + printable(str(error))) from None
+    if not state.enabled:
+        raise UsageError("the daemon's query lists are disabled ([query_lists] enabled = false)")
+    if args.min_sessions is not None and args.min_sessions > state.min_sessions:
+        raise UsageError(f"--min-sessions {args.min_sessions}: the daemon's lists hold the "
+                         f"queries of at least {state.min_sessions} sessions, and no session "
+                         "count beyond")
+    kept = state.labels[1:]  # the dimensions the lists are kept by
+    dimensions = tuple(name for name in by if name != "class")
+    unknown = [name for name in dimensions if name not in kept]
+    if unknown:
+        raise UsageError(f"--by {unknown[0]}: the daemon's lists are not kept by it "
+                         f"([query_lists] dimensions: {', '.join(kept) or 'none'})")
+    if not state.windows:
+        raise UsageError("the daemon's query lists hold nothing yet")
+    try:
+        wanted = (parse_duration(args.window) if args.window
+                  else max(w.window for w in state.windows))
+    except ValueError:
+        raise UsageError(f"--window {args.window!r}: expected a duration such as 24h") from None
+    window = next((w for w in state.windows if w.window == wanted), None)
+    if window is None:
+        raise UsageError(f"--window {args.window}: the lists' windows are "
+                         + ", ".join(window_label(w.window) for w in state.windows))
+    # with a dimension to stratify by, the slices of each value; else each class whole (its
+    # own k-anonymity, over all its slices)
+    searches: dict[tuple[str, tuple[str, ...]], dict[str, int]] = {}
+    for values, tally in zip(window.slices, window.tallies, strict=True):
+        named = dict(zip(kept, values[1:], strict=True))
+        whole_class = all(v == "" for v in named.values())  # (without dimensions, each class)
+        if values[0] == ALL or (whole_class if dimensions else not whole_class):
+            continue
+        own = tuple(named[name] for name in dimensions)
+        summary = tally.searches
+        for query, count in zip(summary.keys, summary.counts, strict=True):
+            by_class = searches.setdefault((query, own), {})
+            by_class[values[0]] = by_class.get(values[0], 0) + count
+    candidates, index = [], {}
+    for (query, own), by_class in searches.items():
+        query_class = max(by_class, key=lambda name: (by_class[name], name))
+        named = dict(zip(dimensions, own, strict=True))
+        stratum = tuple(query_class if name == "class" else named[name] for name in by)
+        candidate = Candidate(query, sum(by_class.values()), stratum)
+        index[id(candidate)] = (query_class, own)
+        candidates.append(candidate)
+    picked = sample(candidates, args.count, args.method, random.Random(args.seed))
+    note(f"{len(candidates):,} queries in the daemon's lists of the last "
+         f"{window_label(window.window)} (each issued by {state.min_sessions} sessions or "
+         f"more); {len(picked):,} picked ({args.method}" + (f", by {', '.join(by)}" if by
+                                                              else "") + ")")
+    note("the lists keep counts, not served lists: no results (give search logs for them)")
+    if args.format == "json":
+        rows: list[dict[str, object]] = [
+            {"query": c.query, "query_class": index[id(c)][0],
+             **dict(zip(dimensions, index[id(c)][1], strict=True)),
+             "searches": c.searches, "served_at": None, "results": []}
+            for c in picked
+        ]
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
+        return EXIT_OK
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(["query", "query_class", *dimensions, "searches", "rank", "doc_id"])
+    for c in picked:
+        query_class, own = index[id(c)]
+        writer.writerow([c.query, query_class, *own, c.searches, "", ""])
     return EXIT_OK

@@ -40,7 +40,7 @@ def command(args: argparse.Namespace) -> int:
         asked = urlencode({k: v for k, v in filters.items() if v is not None})
         url = args.url[0]
         try:
-            report = json.loads(_fetch(url, "/queries" + ("?" + asked if asked else "")))
+            report = json.loads(fetch(url, "/queries" + ("?" + asked if asked else "")))
         except ValueError:
             raise UsageError(f"{shown_url(url)}: not a searchmon endpoint (its /queries is "
                              "not JSON)") from None
@@ -48,7 +48,7 @@ def command(args: argparse.Namespace) -> int:
         if args.url is not None:  # replicas: their summaries merge as the partitions' did
             try:
                 unfiltered = report_of(merge_replicas([
-                    STATE.validate_json(_fetch(url, "/queries/state")) for url in args.url
+                    STATE.validate_json(fetch(url, "/queries/state")) for url in args.url
                 ]))
             except (ValidationError, StateError) as error:
                 raise UsageError("cannot merge the replicas' query lists: "
@@ -96,7 +96,7 @@ def _replay_queries(path: Path) -> dict[str, Any]:
     return queries
 
 
-def _fetch(base: str, path: str) -> bytes:
+def fetch(base: str, path: str) -> bytes:
     """The body of ``base + path`` (no proxy: the endpoints are the operator's own)."""
     import urllib.error
     import urllib.request

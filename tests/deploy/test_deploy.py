@@ -40,6 +40,8 @@ class DashboardBuild(Protocol):
 
     def queries(self, dimensions: Sequence[str] = ...) -> list[tuple[str, str]]: ...
 
+    def needs(self) -> dict[str, str]: ...
+
 
 def _load_dashboard_build() -> DashboardBuild:
     return cast(DashboardBuild, load_script(DEPLOY / "grafana" / "build.py", "build"))

@@ -210,6 +210,35 @@ def test_top_merges_the_lists_of_several_replicas(served: str) -> None:
                if isinstance(part, dict)), "no session ids leave the process"
 
 
+def test_sample_picks_queries_for_judges_from_a_running_daemons_lists(served: str) -> None:
+    """``sample --url``: the most searched of the lists (each class whole, the longest
+    window), each with its class and searches as the lists count them; no served list (the
+    lists keep counts); a floor above the daemon's, or logs and a URL at once, refused."""
+    lists = json.loads(fetch(served + "/queries?window=24h&list=searches")[1])["lists"]
+    counts = {(row["query"], entry["query_class"]): row["count"] for entry in lists
+              if entry["query_class"] != "all" for row in entry["rows"]}
+    done = subprocess.run(
+        [*SEARCHMON, "sample", "--url", served, "-n", "8", "--method", "top", "--format",
+         "json"], capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    picked = json.loads(done.stdout)
+    assert len(picked) == 8 and all(row["results"] == [] for row in picked)
+    assert [row["searches"] for row in picked] == sorted(counts.values(), reverse=True)[:8]
+    assert all(counts[(row["query"], row["query_class"])] == row["searches"] for row in picked)
+    assert "no results" in done.stderr
+    by_class = subprocess.run(
+        [*SEARCHMON, "sample", "--url", served, "-n", "10", "--by", "class", "--format",
+         "json"], capture_output=True, text=True, timeout=60,
+    )
+    assert by_class.returncode == 0, by_class.stderr
+    assert len({row["query_class"] for row in json.loads(by_class.stdout)}) >= 4
+    for argv in (["--min-sessions", "50"], ["--window", "2h"], ["some.jsonl"]):
+        refused = subprocess.run([*SEARCHMON, "sample", "--url", served, *argv],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "searchmon" in refused.stderr, argv
+
+
 def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:
     """A replica answering a state whose parts do not fit (here: a count below its error)
     is refused with a message, not a traceback."""
