@@ -291,6 +291,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
               [("dead-lettered", _rate("searchmon_dead_lettered_total")),
                ("truncated", _rate("searchmon_dead_letters_truncated_total"))],
               ("SearchmonRejectedRateHigh",)),
+        Panel("Dead letters waiting, and wall-clock steps back", "short", "Dead-letter copies "
+              "held until the dead-letter topic acknowledges them (consumption pauses at the "
+              "bound), and the wall clock's steps back per second (future timestamps are "
+              "judged against the clock before a step).",
+              [("{{instance}} waiting", f"searchmon_dead_letters_pending{{{TARGET}}}"),
+               ("clock steps back", _rate("searchmon_clock_jumps_total"))]),
         Panel("Open sessions", "short", "Sessions currently open; bounded by the configuration.",
               [("{{instance}}", f"searchmon_open_sessions{{{TARGET}}}")]),
         Panel("Event time and watermark behind wall clock", "s", "Wall clock minus the event "

@@ -46,7 +46,7 @@ def from_clicks(args: argparse.Namespace) -> int:
     if estimate.position_bias is not None:
         curve = estimate.position_bias
         first = curve[0] if len(curve) and not math.isnan(curve[0]) else math.nan
-        note("position bias (examination relative to position 1): " + ", ".join(
+        note("position bias (examination relative to the most examined position): " + ", ".join(
             f"{k}: {value:.3f} ({value / first:.3f})" for k, value in enumerate(curve, 1)
             if not math.isnan(value)))
     if estimate.parameters:

@@ -91,7 +91,9 @@ class Implicit:
             self.due = (time // interval + 1) * interval
         reader = self._reader
         ended = self._ended
-        if ended is not None and type(event) in (ClickEvent, ImpressionEvent):
+        if ended is not None and time < self._ended_at + self._grace and type(event) in (
+            ClickEvent, ImpressionEvent
+        ):
             query_id = cast(ClickEvent | ImpressionEvent, event).query_id
             if query_id is not None and ended.knows(query_id) and not reader.knows(query_id):
                 reader = ended  # a click or an impression of a search of the interval before

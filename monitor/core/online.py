@@ -624,6 +624,10 @@ class Sessions:
         self.behind += 1
         self._advance()  # what the watermark has passed is applied first
         time, session_id, timeout = event[0], event[3], self._timeout
+        if time <= self.generation_end - 2 * (timeout + self._lateness):
+            # older than the dedupe memory surely reaches (two generations, the older one
+            # begun before the newest event at the last rotation): a copy could not be told
+            return Reason.TOO_LATE
         if session_id.startswith(SESSION_OF_QUERY):
             session_id = self._resolve(session_id, event[4])
         session = self.open.get(session_id)

@@ -60,9 +60,10 @@ MEMO_TEXT = 2 * MAX_KEY
 """The longest text whose key is memoised: the memo holds none of the long texts an event
 may carry (up to a mebibyte each); theirs are made anew each time."""
 MEMO_CHARS = 2**20
-"""The characters of text the memo holds at most (then it starts over): with their keys at
-most about 6 MB in all (4 MB at four bytes a character, and keys no longer than their
-text), some 50,000 texts of everyday length."""
+MEMO_TEXTS = 65536
+"""The characters of text and the texts the memo holds at most (then it starts over): with
+their keys, about 12 MB at worst (65,536 short texts and their keys, each a Python string;
+or 2^20 characters of text at four bytes a character, and keys no longer than their text)."""
 LISTS = ("searches", "zero_results", "no_clicks", "low_ctr")
 BUILT_IN = {"email": EMAIL, "digits": DIGITS}
 
@@ -187,8 +188,8 @@ class QueryLists:
         """Per slice index: the index the lists of its queries are kept under (set by the
         pipeline: ``Slices.lists``; alone, the slice's own); the lists' indexes are those."""
         self._keys: dict[str, str] = {}
-        """A bounded memo of text (up to ``MEMO_TEXT`` chars, ``MEMO_CHARS`` in all) -> key
-        (normalising and redacting costs a few us)."""
+        """A bounded memo of text (up to ``MEMO_TEXT`` chars; ``MEMO_CHARS`` and
+        ``MEMO_TEXTS`` in all) -> key (normalising and redacting costs a few us)."""
         self._memo_chars = 0
         """The characters of the texts in the memo."""
 
@@ -199,7 +200,7 @@ class QueryLists:
             key = self._redactions.apply(normalise(text))
             if len(text) <= MEMO_TEXT:
                 self._memo_chars += len(text)
-                if self._memo_chars > MEMO_CHARS:
+                if self._memo_chars > MEMO_CHARS or len(self._keys) >= MEMO_TEXTS:
                     self._keys.clear()
                     self._memo_chars = len(text)
                 self._keys[text] = key

@@ -72,6 +72,7 @@ class ClickLogReader:
         self._later: dict[int, list[int]] = {}  # an id's first search -> its later ones
         self._search_query = array("q")  # -1: no query record read (yet)
         self._search_time = array("d")  # of its first query record (NaN: none read)
+        self._repeats: dict[int, list[float]] = {}  # a search's other records' times
         self._listed = bytearray()  # the search's result list was logged
         # search, doc (-1 for a click without one), position: 9 bytes a row
         self._rows = (array("i"), array("i"), array("B"))
@@ -117,13 +118,14 @@ class ClickLogReader:
         known = self._search_query[search]
         if known < 0:  # the id's first query record
             self._search_query[search] = query
-            self._search_time[search] = time
-            _count_session(self._sessions[query], event.session_id, self.min_sessions)
         elif known != query:  # another text under the id: another search
             search = self._refinement(event.query_id, search, query, time)
-            if self._search_time[search] != self._search_time[search]:  # NaN: new
-                self._search_time[search] = time
-                _count_session(self._sessions[query], event.session_id, self.min_sessions)
+        first = self._search_time[search]
+        if first != first:  # NaN: the search's first record
+            self._search_time[search] = time
+            _count_session(self._sessions[query], event.session_id, self.min_sessions)
+        elif time != first:  # another record of it: when it was searched again
+            self._repeats.setdefault(search, []).append(time)
         if time < self._search_time[search]:
             self._search_time[search] = time  # its earliest record
         results = event.result_ids
@@ -189,21 +191,24 @@ class ClickLogReader:
         follows in event time (the latest before it; before them all, the earliest)."""
         if not self._later:
             return
-        times = np.frombuffer(self._search_time, dtype=np.float64)
+        times = self._search_time
+        records = {  # per search of such an id: the times of its records, in order
+            s: sorted(t for t in (times[s], *self._repeats.get(s, ())) if t == t)
+            for first, later in self._later.items() for s in (first, *later)
+        }
         for columns, when in ((self._clicks, self._click_time),
                               (self._impressions, self._impression_time)):
             searches = _column(columns[0])
             for at in np.flatnonzero(np.isin(searches, list(self._later))).tolist():
                 first = int(searches[at])
-                candidates = sorted(
-                    (times[s] if times[s] == times[s] else float("inf"), s)
-                    for s in (first, *self._later[first])
-                )
-                chosen = candidates[0][1]
-                for started, search in candidates:
-                    if started <= when[at]:
-                        chosen = search
-                columns[0][at] = chosen
+                # the search of the latest record at or before it (a text that came back
+                # under the id is its search again); before them all, the earliest
+                stamps = [(max((t for t in records[s] if t <= when[at]), default=None),
+                           records[s][0] if records[s] else float("inf"), s)
+                          for s in (first, *self._later[first])]
+                before = [(latest, s) for latest, _, s in stamps if latest is not None]
+                columns[0][at] = (max(before)[1] if before
+                                  else min((start, s) for _, start, s in stamps)[1])
 
     def _search_rows(self) -> tuple[Column, Column, Column]:
         """search, doc, position of every result shown, ordered by search then position: the

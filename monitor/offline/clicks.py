@@ -70,8 +70,9 @@ PBM_TOLERANCE = 1e-7
 @dataclass(frozen=True)
 class Estimate:
     """A model's score per (query, document) pair, with the pair's impressions and clicks;
-    ``position_bias``: the examination per position, relative to the first (1 there; NaN
-    where nothing was shown), for the models that estimate it."""
+    ``position_bias``: the examination per position, relative to the most examined one (1
+    there, position 1 in practice; NaN where nothing was shown), for the models that
+    estimate it."""
 
     model: str
     query: Indexes
@@ -153,8 +154,8 @@ def pbm(log: ClickLog, iterations: int = PBM_ITERATIONS,
     alpha)`` and examined with ``theta (1 - alpha) / (1 - theta alpha)``; each parameter
     becomes the mean of its posteriors. Only the products ``theta_k alpha`` are identified:
     the curve's shape (``theta_k / theta_1``) is what the data fix, not its scale, which is
-    then set by ``theta_1 = 1`` (the first position shown): ``alpha`` is the pair's click
-    probability at the top."""
+    then set by ``theta = 1`` at the most examined position (position 1 in practice):
+    ``alpha`` is the pair's click probability there."""
     pairs = _pairs(log)
     size = int(log.position.max()) if len(log.position) else 0
     cell_keys, of_row = np.unique(pairs.of_row * (MAX_POSITION + 1) + log.position,
@@ -186,12 +187,11 @@ def pbm(log: ClickLog, iterations: int = PBM_ITERATIONS,
         theta, alpha = new_theta, new_alpha
         if moved < tolerance:
             break
-    # only theta_k alpha is identified: the scale is fixed at theta = 1 at the first position
-    # shown, so that alpha is the click probability of the pair there (where EM's scale
-    # drifted to depends on its start, not on the clicks)
-    shown_at = np.flatnonzero(position_shown > 0)
-    if len(shown_at) and theta[shown_at[0]] > 0:
-        top = theta[shown_at[0]]
+    # only theta_k alpha is identified: the scale is fixed at theta = 1 where the results
+    # are examined most (position 1 in practice), so that alpha is the pair's click
+    # probability there (where EM's scale drifted to depends on its start, not on the clicks)
+    top = float(np.max(theta[position_shown > 0], initial=0.0))
+    if top > 0:
         alpha, theta = alpha * top, theta / top
     bias = np.where(position_shown > 0, theta, np.nan)
     return _estimate("pbm", log, pairs, alpha, bias, {"iterations": done})

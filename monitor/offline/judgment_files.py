@@ -167,7 +167,9 @@ def _header(row: Sequence[str]) -> tuple[tuple[int, int, int, int | None],
     columns (one per rater, the header naming the rater)."""
     query, doc, rating = (_column(row, names) for names in (QUERY_NAMES, DOC_NAMES,
                                                               RATING_NAMES))
-    if query is not None and doc is not None and rating is None:
+    if query is not None and doc is not None and rating is None and (
+        _column(row, RATER_NAMES) is None  # a rater column: rows of one rating, not found
+    ):
         raters = [(at, name.strip()) for at, name in enumerate(row)
                   if at not in (query, doc) and name.strip()]
         if raters:

@@ -333,13 +333,14 @@ def select(
             seconds = parse_duration(window if not window.isdigit() else float(window))
         except ValueError:
             raise FilterError(f"window {window!r}: expected a duration such as 1h") from None
-    entries = report.get("lists", [])
-    if entries:  # a value none of them has is a mistake, not "nothing counted"
+    entries = [*report.get("lists", []), *report.get("worsened", [])]
+    if report.get("lists"):  # a value no entry has is a mistake, not "nothing counted"
         classes = sorted({e["query_class"] for e in entries})
         if query_class is not None and query_class not in classes:
             raise FilterError(f"class {query_class!r}: no list of it (classes: "
                               f"{', '.join(classes)})")
-        windows = sorted({e["window"] for e in entries}, key=parse_duration)
+        windows = sorted({e["window"] for e in entries if e["window"] is not None},
+                         key=parse_duration)
         if seconds is not None and all(parse_duration(w) != seconds for w in windows):
             raise FilterError(f"window {window!r}: no list of it (windows: "
                               f"{', '.join(windows)})")

@@ -143,7 +143,7 @@ def test_every_family_and_recording_rule_is_on_the_dashboard() -> None:
     """Every family searchmon exports is read by a panel, directly or through a recording
     rule a panel reads; every recording rule is read by a panel, an alert or another rule
     (none is computed for nothing)."""
-    from monitor.serve.metrics import CATALOGUE
+    from monitor.serve.metrics import CATALOGUE, consumer_metrics
 
     groups = yaml.safe_load(RULES.read_text())["groups"]
     recorded = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
@@ -160,7 +160,10 @@ def test_every_family_and_recording_rule_is_on_the_dashboard() -> None:
               if not reads(panels + alerts, name)
               and not any(reads(expr, name) for expr in recorded.values())]
     assert unread == [], "recording rules read by no panel, alert or rule"
-    hidden = [family.name for family in CATALOGUE if not reads(shown, family.name)]
+    daemon = [m.name for m in consumer_metrics({("t", 0): 1}, True, 1.0, 0)]
+    assert "searchmon_clock_jumps" in daemon  # (those of `searchmon run` only)
+    hidden = [name for name in [*(f.name for f in CATALOGUE), *daemon]
+              if not reads(shown, name)]
     assert hidden == [], "families no panel shows"
 
 

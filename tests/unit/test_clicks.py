@@ -254,7 +254,10 @@ def test_another_text_under_a_query_id_is_another_search_its_clicks_follow_in_ti
         {"type": "click", "event_id": "c2", "timestamp": START + 61_000, "session_id": "s1",
          "query_id": "Q1", "doc_id": "i2", "position": 2},
         {"type": "click", "event_id": "c3", "timestamp": START + 10_000, "session_id": "s1",
-         "query_id": "Q1", "doc_id": "t2", "position": 2},  # before them all: the earliest
+         "query_id": "Q1", "doc_id": "t1", "position": 1},  # before them all: the earliest
+        record("e4", 70, "printer toner", ["t1", "t2"]),  # toner searched again
+        {"type": "click", "event_id": "c4", "timestamp": START + 75_000, "session_id": "s1",
+         "query_id": "Q1", "doc_id": "t2", "position": 2},  # toner's (70), not ink's (60)
     ])
     log = read([path])
     assert rows(log) == [
@@ -331,3 +334,23 @@ def test_every_model_fits_the_real_ubi_samples(name: str, sample: str) -> None:
     assert len(estimate.score) > 300
     assert np.all(np.isfinite(estimate.score)) and np.all(estimate.score >= 0)
     assert int(estimate.clicks.sum()) > 0
+
+
+def test_pbm_is_scaled_where_results_are_examined_most_even_if_never_at_position_1() -> None:
+    """Nothing at position 1 is ever clicked (theta_1 = 0 in the log): the scale is set at
+    the most examined position, not by dividing by an examination EM drove to ~0."""
+    rng = np.random.default_rng(3)
+    theta = np.array([0.0, 0.9, 0.7, 0.5, 0.3])
+    alpha = rng.uniform(0.1, 0.9, size=30)
+    searches = []
+    for _ in range(6_000):
+        shown = rng.permutation(30)[:5]
+        clicks = rng.random(5) < theta * alpha[shown]
+        searches.append(("q", [f"d{d}" for d in shown],
+                         [int(k) + 1 for k in np.flatnonzero(clicks)]))
+    estimate = pbm(log_of(searches))
+    assert estimate.position_bias is not None
+    assert np.nanmax(estimate.position_bias) == 1.0 and estimate.position_bias[1] == 1.0
+    found = scores(estimate)
+    fitted = np.array([found[("q", f"d{d}")] for d in range(30)])
+    assert np.max(np.abs(fitted - alpha * theta[1])) < 0.08

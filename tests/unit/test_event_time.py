@@ -124,6 +124,21 @@ def test_a_copy_of_an_event_refused_as_too_late_or_ahead_is_refused_alike(first:
     assert pipeline.feed(ahead).reason is Reason.DUPLICATE  # type: ignore[union-attr]
 
 
+def test_a_copy_older_than_the_dedupe_memory_is_too_late_not_counted_again() -> None:
+    """A session of a query every 10 minutes for 2.5 hours: the ids of its first queries
+    are forgotten (two generations of 32 minutes), while the session stays open. A copy of
+    its first query was counted a second time; it is too late now, and 16 queries count."""
+    messages = [query(f"e{i}", at("10:00") + 600.0 * i, "long", f"q{i}") for i in range(16)]
+    pipeline = Pipeline(DEFAULT)
+    assert [pipeline.feed(m) for m in messages] == [None] * 16
+    copy = pipeline.feed(messages[0])
+    assert copy is not None and copy.reason is Reason.TOO_LATE
+    recent = pipeline.feed(messages[14])  # within the memory: a duplicate, as before
+    assert recent is not None and recent.reason is Reason.DUPLICATE
+    pipeline.close()
+    assert online(pipeline)["queries"] == 16 and online(pipeline)["sessions"] == 1
+
+
 def test_a_session_has_the_class_of_its_first_query_in_event_time() -> None:
     """Class B's query at 10:00:50 arrives before class A's at 10:00:00: the session is A's,
     and A's query is the one reformulated (followed by B's within 60 s, no click between)."""

@@ -334,12 +334,15 @@ def test_heavy_queries_snapshot_merge_and_corrupt_states() -> None:
         [[1, 2], *rest, [3]],  # one list too many
         [[1, 2, 3, 4], *rest],  # above min_sessions
         [[1, 1], *rest],  # repeated
-        [[], *rest],  # a kept key always has its first session
         [state.sessions[0], [1, 2], *state.sessions[2:]],  # more sessions than count "b"
     ]
     for sessions in bad_sessions:
         with pytest.raises(StateError, match="heavy queries"):
             HeavyQueries(4, 3).restore(HeavyQueriesState(state.counts, sessions))
+    # a key kept without a session (searched only by UBI records that name no user)
+    anonymous = HeavyQueries(4, 3)
+    anonymous.restore(HeavyQueriesState(state.counts, [[], *rest]))
+    assert anonymous.distinct("a") == 0
     with pytest.raises(ValueError, match="min_sessions 3 and 2"):
         first.merge(HeavyQueries(4, 2))
 

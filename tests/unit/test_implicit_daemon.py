@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from monitor.config import parse_config
 from monitor.core.classes import normalise
 from monitor.core.export import export
-from monitor.core.implicit import ImplicitLabels
+from monitor.core.implicit import Implicit, ImplicitLabels
 from monitor.core.pipeline import Pipeline
 from monitor.inputs.clicklog import ClickLogReader
 from monitor.inputs.generate import Traffic, World, events, true_grades
@@ -122,3 +122,33 @@ def test_clicks_just_after_an_interval_ends_count_with_their_search() -> None:
     assert len(fits) >= 28 and clicks > 3000
     assert [f.time for f in fits] == sorted(f.time for f in fits)
     assert sum(f.unmatched for f in fits) <= clicks / 100
+
+
+def test_a_click_past_the_grace_after_a_quiet_gap_is_not_in_the_interval_before() -> None:
+    """Nothing for three hours after an interval, then a click of one of its searches: it is
+    no click of that interval (its grace is over), whose fit labels nothing clicked."""
+    from typing import cast
+
+    from monitor.inputs.chain import DecoderChain
+    from monitor.inputs.events import Decoded
+    from tests.support.events import T0, click, query
+
+    config = parse_config('[implicit]\nenabled = true\nmodel = "coec"\ninterval = "1h"\n'
+                          'min_impressions = 1\n')
+    chain = DecoderChain(config)
+    implicit = Implicit(config.implicit, 1, normalise)
+
+    def add(line: bytes) -> ImplicitLabels | None:
+        read = chain.read(line)
+        assert type(read) is tuple, read
+        time, event = cast(Decoded, read)
+        return implicit.add(time, event)
+
+    hour = 3600 * (int(T0) // 3600 + 1) - T0  # an hour boundary, in seconds after T0
+    assert add(query("e1", hour + 100, "s1", "q1")) is None
+    assert add(query("e2", hour + 3590, "s2", "q2")) is None
+    assert add(click("c1", hour + 4 * 3600, "s1", "q1", position=1)) is None
+    fitted = add(query("e3", hour + 4 * 3600 + 1, "s3", "q3"))
+    assert fitted is not None and fitted.time == T0 + hour + 3600
+    assert fitted.labels and all(grade == 0 for labels in fitted.labels.values()
+                                 for grade in labels.values())

@@ -88,6 +88,9 @@ def test_a_header_of_query_doc_and_one_column_per_rater_is_read_per_rater() -> N
 def test_a_header_without_a_rating_column_is_an_error() -> None:
     with pytest.raises(JudgmentFileError, match="no rating"):
         read_csv("query,doc,comment\nq,d,fine\n")
+    # a rater column: a rating per row whose column has another name, not a judge per column
+    with pytest.raises(JudgmentFileError, match="no rating"):
+        read_csv("query,docid,judge,points\nshoes,d1,alice,2\nshoes,d1,bob,0\n")
 
 
 def test_qrels_are_recognised_and_read() -> None:

@@ -37,6 +37,7 @@ from monitor.serve.queries import (
 )
 from monitor.state import codec
 from monitor.state.codec import UnitState
+from tests.support.checkpoints import round_trip
 from tests.support.events import T0, click, line, query, stamp
 
 HOUR = 3600.0
@@ -203,6 +204,8 @@ def test_a_ubi_query_that_names_no_user_adds_no_session_toward_min_sessions() ->
     for list_name in ("searches", "zero_results", "no_clicks"):
         assert entry(report, list_name) == [], list_name
     assert "jane" not in json.dumps(report)
+    # kept without a session, it survives a checkpoint (a restore refused it before)
+    assert pipeline.snapshot() == round_trip(pipeline).snapshot()
     named = [json.dumps({
         "query_id": f"n{i}", "user_query": "jane doe results", "timestamp": stamp(10 + i),
         "session_id": f"s{i}", "query_response_hit_ids": ["d1"],
@@ -571,6 +574,11 @@ def test_filters_select_by_class_window_and_list() -> None:
         select(report, window="2h")
     nothing = {**report, "lists": [], "worsened": []}  # before anything is counted
     assert select(nothing, "Navigational", "2h")["lists"] == []
+    # the worsened queries' classes and windows are asked for too (live: 7d by default)
+    live = {"source": "live", "window": "7d", "query_class": "news", "measure": "AP",
+            "rows": []}
+    both = {**report, "worsened": [*report["worsened"], live]}
+    assert select(both, "news", "7d", "worsened")["worsened"] == [live]
 
 
 def letters(number: int) -> str:
@@ -585,7 +593,7 @@ def letters(number: int) -> str:
 def test_the_memo_of_keys_holds_a_bounded_number_of_characters() -> None:
     """The memo of text -> key is bounded by the characters it holds, not only by the
     number of texts: 65,536 distinct texts of 390 four-byte characters stay within it."""
-    from monitor.core.querylists import MEMO_CHARS
+    from monitor.core.querylists import MEMO_CHARS, MEMO_TEXTS
 
     lists = QueryLists(QueryListsConfig())
     most = most_texts = 0
@@ -597,6 +605,13 @@ def test_the_memo_of_keys_holds_a_bounded_number_of_characters() -> None:
             most = sum(len(t) for t in lists._keys)
     assert most <= MEMO_CHARS
     assert most_texts >= MEMO_CHARS // 390 - 1, "it memoises up to its bound"
+    # and short texts: at most MEMO_TEXTS of them (2^20 characters would be far more)
+    lists = QueryLists(QueryListsConfig())
+    most_texts = 0
+    for i in range(200_000):
+        lists.key(f"q{i}")
+        most_texts = max(most_texts, len(lists._keys))
+    assert most_texts == MEMO_TEXTS
 
 
 # --- memory --------------------------------------------------------------------------------
