@@ -9,6 +9,7 @@ import csv
 import json
 import random
 import sys
+from typing import NamedTuple
 
 from monitor.cli.common import EXIT_OK, UsageError, load, read_events
 
@@ -65,24 +66,40 @@ def command(args: argparse.Namespace) -> int:
         note(f"{unlisted:,} picked queries have no logged result list (their results: none)")
     note(f"{len(picked):,} queries picked ({args.method}"
          + (f", by {', '.join(by)}" if by else "") + ")")
-    if args.format == "json":
-        rows = []
-        for c in picked:
-            record, values = index[id(c)]
-            rows.append({
-                "query": c.query, "query_class": record.query_class,
-                **dict(zip(dimensions, values, strict=True)), "searches": c.searches,
-                "served_at": rfc3339(record.served_at) if record.results else None,
-                "results": record.results,
-            })
+    rows = []
+    for c in picked:
+        record, values = index[id(c)]
+        rows.append(Picked(c.query, record.query_class, values, c.searches,
+                           rfc3339(record.served_at) if record.results else None,
+                           record.results))
+    return _write(rows, dimensions, args.format)
+
+
+class Picked(NamedTuple):
+    """A query picked, as written: its stratum's values of the dimensions, its searches, and
+    the list it was last served (when known)."""
+
+    query: str
+    query_class: str
+    values: tuple[str, ...]
+    searches: int
+    served_at: str | None
+    results: list[str]
+
+
+def _write(picked: list[Picked], dimensions: tuple[str, ...], form: str) -> int:
+    """The picks on standard output: JSON, or CSV with a row per served result."""
+    if form == "json":
+        rows = [{"query": p.query, "query_class": p.query_class,
+                 **dict(zip(dimensions, p.values, strict=True)), "searches": p.searches,
+                 "served_at": p.served_at, "results": p.results} for p in picked]
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
         return EXIT_OK
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["query", "query_class", *dimensions, "searches", "rank", "doc_id"])
-    for c in picked:
-        record, values = index[id(c)]
-        for rank, doc in enumerate(record.results or [""], 1):
-            writer.writerow([c.query, record.query_class, *values, c.searches,
+    for p in picked:
+        for rank, doc in enumerate(p.results or [""], 1):
+            writer.writerow([p.query, p.query_class, *p.values, p.searches,
                              rank if doc else "", doc])
     return EXIT_OK
 
@@ -156,18 +173,5 @@ def _from_lists(args: argparse.Namespace, by: list[str]) -> int:
          f"more); {len(picked):,} picked ({args.method}" + (f", by {', '.join(by)}" if by
                                                               else "") + ")")
     note("the lists keep counts, not served lists: no results (give search logs for them)")
-    if args.format == "json":
-        rows: list[dict[str, object]] = [
-            {"query": c.query, "query_class": index[id(c)][0],
-             **dict(zip(dimensions, index[id(c)][1], strict=True)),
-             "searches": c.searches, "served_at": None, "results": []}
-            for c in picked
-        ]
-        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
-        return EXIT_OK
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(["query", "query_class", *dimensions, "searches", "rank", "doc_id"])
-    for c in picked:
-        query_class, own = index[id(c)]
-        writer.writerow([c.query, query_class, *own, c.searches, "", ""])
-    return EXIT_OK
+    return _write([Picked(c.query, index[id(c)][0], index[id(c)][1], c.searches, None, [])
+                   for c in picked], dimensions, args.format)

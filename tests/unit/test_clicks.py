@@ -100,18 +100,29 @@ def test_the_simplified_dbn_examines_down_to_the_last_click() -> None:
     assert found[("q", "c")] == 0.0
 
 
+Search = tuple[str, list[str], list[int]]
+"""A search of ``log_of``: its query, the documents shown, the positions clicked."""
+
+
+def drawn_from_pbm(rng: np.random.Generator, theta: np.ndarray[Any, Any],
+                   alpha: np.ndarray[Any, Any], count: int) -> list[Search]:
+    """``count`` searches of one query, each showing a random ``len(theta)`` of the
+    ``len(alpha)`` documents, clicked as the position-based model draws them."""
+    searches = []
+    for _ in range(count):
+        shown = rng.permutation(len(alpha))[:len(theta)]
+        clicks = rng.random(len(theta)) < theta * alpha[shown]
+        searches.append(("q", [f"d{d}" for d in shown],
+                         [int(k) + 1 for k in np.flatnonzero(clicks)]))
+    return searches
+
+
 @pytest.mark.slow
 def test_pbm_recovers_the_parameters_of_a_log_drawn_from_it() -> None:
     rng = np.random.default_rng(7)
     theta = np.array([0.95, 0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08])
     alpha = rng.uniform(0.02, 0.9, size=60)
-    searches = []
-    for _ in range(20_000):
-        shown = rng.permutation(60)[:8]
-        clicks = rng.random(8) < theta * alpha[shown]
-        searches.append(("q", [f"d{d}" for d in shown],
-                         [int(k) + 1 for k in np.flatnonzero(clicks)]))
-    estimate = pbm(log_of(searches))
+    estimate = pbm(log_of(drawn_from_pbm(rng, theta, alpha, 20_000)))
     assert estimate.position_bias is not None
     shape = estimate.position_bias / estimate.position_bias[0]
     assert np.max(np.abs(shape - theta / theta[0])) < 0.03
@@ -128,13 +139,7 @@ def test_pbm_gives_the_click_probability_at_position_1_whatever_the_top_examinat
     rng = np.random.default_rng(5)
     theta = np.array([0.6, 0.45, 0.3, 0.2, 0.12])
     alpha = rng.uniform(0.05, 0.9, size=30)
-    searches = []
-    for _ in range(12_000):
-        shown = rng.permutation(30)[:5]
-        clicks = rng.random(5) < theta * alpha[shown]
-        searches.append(("q", [f"d{d}" for d in shown],
-                         [int(k) + 1 for k in np.flatnonzero(clicks)]))
-    estimate = pbm(log_of(searches))
+    estimate = pbm(log_of(drawn_from_pbm(rng, theta, alpha, 12_000)))
     found = scores(estimate)
     fitted = np.array([found[("q", f"d{d}")] for d in range(30)])
     assert np.max(np.abs(fitted - alpha * theta[0])) < 0.06
@@ -342,13 +347,7 @@ def test_pbm_is_scaled_where_results_are_examined_most_even_if_never_at_position
     rng = np.random.default_rng(3)
     theta = np.array([0.0, 0.9, 0.7, 0.5, 0.3])
     alpha = rng.uniform(0.1, 0.9, size=30)
-    searches = []
-    for _ in range(6_000):
-        shown = rng.permutation(30)[:5]
-        clicks = rng.random(5) < theta * alpha[shown]
-        searches.append(("q", [f"d{d}" for d in shown],
-                         [int(k) + 1 for k in np.flatnonzero(clicks)]))
-    estimate = pbm(log_of(searches))
+    estimate = pbm(log_of(drawn_from_pbm(rng, theta, alpha, 6_000)))
     assert estimate.position_bias is not None
     assert np.nanmax(estimate.position_bias) == 1.0 and estimate.position_bias[1] == 1.0
     found = scores(estimate)
