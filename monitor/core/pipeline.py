@@ -7,7 +7,7 @@ the state at scrape time. Nothing here does I/O or reads the clock.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -76,8 +76,9 @@ class _Search:
 
 
 QUERY_IDS_KEPT = 65536
-"""Query ids remembered (with their session and text) to see one reused: a cache, in memory
-only (a reuse across a restart is not seen)."""
+"""Query ids remembered (with their session and text) to see one reused, at most (in two
+generations of half as many): a cache, in memory only (a reuse across a restart is not
+seen)."""
 
 
 def _health_1_to_2(document: Any) -> Any:
@@ -227,12 +228,11 @@ class Pipeline:
         self.judged = Judged(config.offline)
         self.lists = QueryLists(config.query_lists) if config.query_lists.enabled else None
         self._query_ids: dict[str, int] = {}
-        """Recent query ids: a hash of their session and text (``QUERY_IDS_KEPT``, oldest
-        out; only the hash, so that the memory keeps no text alive)."""
-        self._query_id_order: deque[str] = deque()
-        """``_query_ids``' keys, oldest first. Not an OrderedDict, which looks each key up
-        again in its own index; nor the plain dict's order, which finds its oldest key by
-        skipping every deleted slot before it (tens of microseconds per query once full)."""
+        """Recent query ids: a hash of their session and text (only the hash, so that the
+        memory keeps no text alive). Two generations of ``QUERY_IDS_KEPT / 2`` ids each:
+        this one, and ``_query_ids_before``, which it replaces when full (the last 32,768
+        to 65,536 ids are known; no id is looked up again to be forgotten)."""
+        self._query_ids_before: dict[str, int] = {}
         self.implicit = Implicit(
             config.implicit, config.query_lists.min_sessions,
             self.lists.key if self.lists is not None else normalise,
@@ -380,6 +380,8 @@ class Pipeline:
                 # the search (session and text) and what the recent query ids hold for its id
                 seen = hash((accepted[3], query_text))
                 known = self._query_ids.get(query_id)
+                if known is None:
+                    known = self._query_ids_before.get(query_id)
                 ubi = accepted[2].startswith(QUERY_EVENT)  # a UBI record: more may come
                 if ubi and known == seen:
                     # another record of a UBI search counted already: merged into it
@@ -421,11 +423,10 @@ class Pipeline:
                     event = cast(QueryEvent, event)
                 ids = self._query_ids  # unchanged since ``known`` was read above
                 if known is None:
-                    order = self._query_id_order
-                    if len(order) >= QUERY_IDS_KEPT:
-                        del ids[order.popleft()]
+                    if len(ids) >= QUERY_IDS_KEPT // 2:
+                        self._query_ids_before, ids = ids, {}
+                        self._query_ids = ids
                     ids[query_id] = seen
-                    order.append(query_id)
                 elif known != seen:
                     self.health.reused_query_ids += 1
                     ids[query_id] = seen

@@ -53,19 +53,20 @@ def test_a_query_id_reused_with_another_text_or_session_is_counted() -> None:
 
 
 def test_the_query_ids_remembered_are_the_most_recent_ones() -> None:
-    """The memory of query ids is bounded (``QUERY_IDS_KEPT``) and forgets the oldest first:
-    an id reused after it was forgotten is no reuse; one reused while remembered is."""
+    """The memory of query ids is bounded (``QUERY_IDS_KEPT``, in two generations of half as
+    many) and forgets the oldest generation: an id reused after it was forgotten is no
+    reuse; one reused while remembered is."""
     pipeline = Pipeline(CONFIG)
-    over = 10
+    over, half = 10, QUERY_IDS_KEPT // 2
     for i in range(QUERY_IDS_KEPT + over):
         pipeline.feed(query(f"e{i}", i / 1000, f"s{i}", f"q{i}", text=f"t{i}"))
+    # the generations now: q32768..q65535, then the 10 newest
     pipeline.feed(query("again-1", 200, "other", f"q{over - 1}", text="another"))
     assert pipeline.health.reused_query_ids == 0, "forgotten: a search of its own"
-    # remembered again, it pushed the oldest one (q10) out
-    pipeline.feed(query("again-2", 200, "other", f"q{over + 1}", text="another"))
+    pipeline.feed(query("again-2", 200, "other", f"q{half - 1}", text="another"))
+    assert pipeline.health.reused_query_ids == 0, "forgotten with its generation"
+    pipeline.feed(query("again-3", 200, "other", f"q{half}", text="another"))
     assert pipeline.health.reused_query_ids == 1, "the oldest id remembered"
-    pipeline.feed(query("again-3", 201, "more", f"q{over}", text="more"))
-    assert pipeline.health.reused_query_ids == 1, "forgotten when q9 came back"
     pipeline.feed(query("again-4", 201, "more", f"q{QUERY_IDS_KEPT + over - 1}", text="more"))
     assert pipeline.health.reused_query_ids == 2, "the newest id"
 
