@@ -42,8 +42,8 @@ def data_quality(figures: Export) -> dict[str, Any]:
     if figures.unmatched_events > SHARE * events:
         warnings.append(
             f"{figures.unmatched_events:,} clicks, impressions or conversions had no query in "
-            "their session: CTR and impressions miss them (queries not logged, or another "
-            "session id)"
+            "their session: CTR misses the clicks; the impressions and conversions count under "
+            "the session's class (queries not logged, or another session id)"
         )
     unlisted = figures.unlisted_queries
     if unlisted > SHARE * queries:
