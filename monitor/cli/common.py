@@ -1,6 +1,6 @@
 """What the commands share: exit codes, the usage error, loading the configuration,
 reading event files, writing messages to a file or to Kafka, logging as the arguments say,
-waiting for a signal."""
+waiting for a signal, reading a searchmon endpoint."""
 
 from __future__ import annotations
 
@@ -119,3 +119,40 @@ def wait_for_signal() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     stop.wait()
+
+
+def fetch(base: str, path: str) -> bytes:
+    """The body of ``base + path`` from a searchmon endpoint (``top``, ``sample``): no proxy,
+    the endpoints are the operator's own; ``UsageError`` when it cannot be read."""
+    import urllib.error
+    import urllib.request
+
+    url = base.rstrip("/") + path
+    shown = shown_url(url)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=30) as answer:
+            body: bytes = answer.read()
+            return body
+    except urllib.error.HTTPError as error:
+        from monitor.text import printable  # the answer is anybody's text
+
+        raise UsageError(
+            f"{shown}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
+        ) from None
+    except (urllib.error.URLError, OSError) as error:
+        raise UsageError(f"{shown}: {getattr(error, 'reason', error)}") from None
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error may show it: a password in it masked."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = f"{parts.username}:***@" if parts.username else "***@"
+        return urlunsplit(parts._replace(netloc=user + parts.netloc.rpartition("@")[2]))
+    except ValueError:  # (a port that is no number): nothing of it shown but the scheme
+        return url.partition(":")[0] + ":..."

@@ -11,7 +11,7 @@ import random
 import sys
 from typing import NamedTuple
 
-from monitor.cli.common import EXIT_OK, UsageError, load, read_events
+from monitor.cli.common import EXIT_OK, UsageError, fetch, load, read_events
 
 
 def note(text: str) -> None:
@@ -110,7 +110,6 @@ def _from_lists(args: argparse.Namespace, by: list[str]) -> int:
     show (their k-anonymity floor). The lists keep counts, not served lists: no results."""
     from pydantic import ValidationError
 
-    from monitor.cli.top import fetch
     from monitor.config import parse_duration, window_label
     from monitor.core.classes import ALL
     from monitor.core.snapshots import StateError

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from monitor.cli.common import EXIT_OK, UsageError
+from monitor.cli.common import EXIT_OK, UsageError, fetch, shown_url
 
 
 def command(args: argparse.Namespace) -> int:
@@ -95,38 +95,3 @@ def _replay_queries(path: Path) -> dict[str, Any]:
     queries: dict[str, Any] = document["queries"]
     return queries
 
-
-def fetch(base: str, path: str) -> bytes:
-    """The body of ``base + path`` (no proxy: the endpoints are the operator's own)."""
-    import urllib.error
-    import urllib.request
-
-    url = base.rstrip("/") + path
-    shown = shown_url(url)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=30) as answer:
-            body: bytes = answer.read()
-            return body
-    except urllib.error.HTTPError as error:
-        from monitor.text import printable  # the answer is anybody's text
-
-        raise UsageError(
-            f"{shown}: {error.code} {printable(error.read().decode(errors='replace').strip())}"
-        ) from None
-    except (urllib.error.URLError, OSError) as error:
-        raise UsageError(f"{shown}: {getattr(error, 'reason', error)}") from None
-
-
-def shown_url(url: str) -> str:
-    """``url`` as an error may show it: a password in it masked."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = f"{parts.username}:***@" if parts.username else "***@"
-        return urlunsplit(parts._replace(netloc=user + parts.netloc.rpartition("@")[2]))
-    except ValueError:  # (a port that is no number): nothing of it shown but the scheme
-        return url.partition(":")[0] + ":..."

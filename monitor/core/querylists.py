@@ -268,16 +268,20 @@ class QueryLists:
         if anonymous:
             return
         limit = self._min_sessions
+        session = -1  # hashed once, when needed
         if len(entry) < limit + SESSIONS_AT:
             session = crc32(session_id.encode())
             if session not in entry[SESSIONS_AT:]:
                 entry.append(session)
         if flag and arrivals:  # the sessions that found nothing
             flagged = entry[2]
-            if flagged is None:
-                entry[2] = {crc32(session_id.encode())}
-            elif len(flagged) < limit:
-                flagged.add(crc32(session_id.encode()))
+            if flagged is None or len(flagged) < limit:
+                if session < 0:
+                    session = crc32(session_id.encode())
+                if flagged is None:
+                    entry[2] = {session}
+                else:
+                    flagged.add(session)
 
     def _batch(self, batches: dict[int, _Batch], klass: int, time: float, arrivals: bool) -> (
         _Batch

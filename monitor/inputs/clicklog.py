@@ -71,7 +71,7 @@ class ClickLogReader:
         self._refined: dict[tuple[str, int], int] = {}  # (query_id, query) -> a later one
         self._later: dict[int, list[int]] = {}  # an id's first search -> its later ones
         self._search_query = array("q")  # -1: no query record read (yet)
-        self._search_time = array("d")  # of its first query record (NaN: none read)
+        self._search_time = array("d")  # of its first query record read (NaN: none yet)
         self._repeats: dict[int, list[float]] = {}  # a search's other records' times
         self._listed = bytearray()  # the search's result list was logged
         # search, doc (-1 for a click without one), position: 9 bytes a row
@@ -126,8 +126,6 @@ class ClickLogReader:
             _count_session(self._sessions[query], event.session_id, self.min_sessions)
         elif time != first:  # another record of it: when it was searched again
             self._repeats.setdefault(search, []).append(time)
-        if time < self._search_time[search]:
-            self._search_time[search] = time  # its earliest record
         results = event.result_ids
         if event.results_known and results and not self._listed[search]:
             self._listed[search] = 1

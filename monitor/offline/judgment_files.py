@@ -115,50 +115,30 @@ def read_csv(text: str) -> Ratings:
             if len(row) < 3 or _rating(row[2]) is None:  # a header
                 columns, raters = _header(row)
                 continue
-        if raters:
-            _per_rater(row, columns, raters, number, found)
-            continue
         query_at, doc_at, rating_at, rater_at = columns
-        if len(row) <= max(query_at, doc_at, rating_at):
+        if len(row) <= max(query_at, doc_at, -1 if raters else rating_at):
             found.leave_out("fewer fields than the header", number)
             continue
         query, doc = row[query_at].strip(), row[doc_at].strip()
         if not query or not doc:
             found.leave_out("an empty query or document", number)
             continue
-        value = _rating(row[rating_at].strip())
-        if value is None or not 0 <= value <= MAX_RATING:
-            found.leave_out("a rating that is not a number >= 0", number)
-            continue
+        # a rating per rater column, or the one of the row (its rater named in a column)
         rater = row[rater_at].strip() if rater_at is not None and rater_at < len(row) else ""
-        found.ratings.append(Rating(query, doc, value, rater))
+        for at, name in raters or [(rating_at, rater)]:
+            cell = row[at].strip() if at < len(row) else ""
+            if not cell and raters:
+                continue  # not rated by this rater
+            value = _rating(cell)
+            if value is None or not 0 <= value <= MAX_RATING:
+                found.leave_out("a rating that is not a number >= 0", number)
+                continue
+            found.ratings.append(Rating(query, doc, value, name))
     if raters and not found.ratings:  # (a column of comments is no rater)
         raise JudgmentFileError(
             f"the header ({','.join(name for _, name in raters)} beside the query and the "
             "document) names no rating column, and no other column holds a rating")
     return found
-
-
-def _per_rater(row: Sequence[str], columns: tuple[int, int, int, int | None],
-               raters: list[tuple[int, str]], number: int, found: Ratings) -> None:
-    """A row of a file with one column per rater: a rating per non-empty cell."""
-    query_at, doc_at = columns[0], columns[1]
-    if len(row) <= max(query_at, doc_at):
-        found.leave_out("fewer fields than the header", number)
-        return
-    query, doc = row[query_at].strip(), row[doc_at].strip()
-    if not query or not doc:
-        found.leave_out("an empty query or document", number)
-        return
-    for at, rater in raters:
-        cell = row[at].strip() if at < len(row) else ""
-        if not cell:
-            continue  # not rated by this rater
-        value = _rating(cell)
-        if value is None or not 0 <= value <= MAX_RATING:
-            found.leave_out("a rating that is not a number >= 0", number)
-            continue
-        found.ratings.append(Rating(query, doc, value, rater))
 
 
 def _header(row: Sequence[str]) -> tuple[tuple[int, int, int, int | None],

@@ -353,3 +353,24 @@ def test_pbm_is_scaled_where_results_are_examined_most_even_if_never_at_position
     found = scores(estimate)
     fitted = np.array([found[("q", f"d{d}")] for d in range(30)])
     assert np.max(np.abs(fitted - alpha * theta[1])) < 0.08
+
+
+def test_a_search_keeps_the_time_of_every_record_whatever_the_file_order(
+        tmp_path: Path) -> None:
+    """A text's records read at 20 s then 0 s: a click at 25 s follows its record at 20 s,
+    not the other text's at 10 s (the later-read earlier record once replaced the 20 s)."""
+    def record(event: str, seconds: int, text: str, results: list[str]) -> dict[str, Any]:
+        return {"type": "query", "event_id": event, "timestamp": START + seconds * 1000,
+                "session_id": "s1", "query_id": "Q1", "query_text": text,
+                "result_ids": results}
+
+    path = events_file(tmp_path / "e.jsonl", [
+        record("e1", 20, "printer toner", ["t1", "t2"]),
+        record("e2", 10, "printer ink", ["i1", "i2"]),
+        record("e3", 0, "printer toner", ["t1", "t2"]),
+        {"type": "click", "event_id": "c1", "timestamp": START + 25_000, "session_id": "s1",
+         "query_id": "Q1", "doc_id": "t2", "position": 2},
+    ])
+    log = read([path])
+    assert ("printer toner", "t2", 2, True) in rows(log)
+    assert log.counts["clicks on a result not shown"] == 0
