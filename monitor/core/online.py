@@ -384,7 +384,11 @@ class Sessions:
         self.floor = float("-inf")
         """The wall clock the watermark last followed while idle."""
         self.seen: set[str] = set()
-        self.seen_before: set[str] = set()
+        """The dedupe memory: every id remembered, of both generations (one lookup an event)."""
+        self.taken: list[str] = []
+        """The ids of this generation of the memory, in the order taken (``taken_before``:
+        the previous one's): a rotation forgets the previous one's in one call."""
+        self.taken_before: list[str] = []
         self.ended: dict[str, float] = {}
         """The last event time of each session closed in this generation of the dedupe
         memory (and ``ended_before``: the previous one): a late event within the timeout of
@@ -455,8 +459,8 @@ class Sessions:
             orphans=[s.orphans or [] for s in sessions],
             waiting=WaitingState(*(list(column) for column in zip(*waiting, strict=True)))
             if waiting else WaitingState([], [], [], [], [], [], []),
-            newest=finite_or_none(self.newest), seen=list(self.seen),
-            seen_before=list(self.seen_before), ended=dict(self.ended),
+            newest=finite_or_none(self.newest), seen=list(self.taken),
+            seen_before=list(self.taken_before), ended=dict(self.ended),
             ended_before=dict(self.ended_before),
             generation_end=finite_or_none(self.generation_end),
             next_due=finite_or_none(self.next_due),
@@ -518,7 +522,7 @@ class Sessions:
         self.newest = or_minus_infinity(state.newest)
         self.floor = or_minus_infinity(state.floor)
         self.clock = max(self.newest, self.floor)
-        self.seen, self.seen_before = set(state.seen), set(state.seen_before)
+        self.remember_ids(state.seen, state.seen_before)
         self.ended, self.ended_before = dict(state.ended), dict(state.ended_before)
         self.generation_end = or_minus_infinity(state.generation_end)
         self.next_due = or_minus_infinity(state.next_due)
@@ -565,6 +569,14 @@ class Sessions:
         self._advance()
         return (self.open_count, sum(len(b) for b in self.waiting.values())) != before
 
+    def remember_ids(self, ids: list[str], before: list[str]) -> None:
+        """The dedupe memory of a restored state: ``ids`` of this generation, ``before`` of
+        the previous one (an id in both is this generation's)."""
+        self.taken = list(dict.fromkeys(ids))
+        self.seen = set(self.taken)
+        self.taken_before = [i for i in dict.fromkeys(before) if i not in self.seen]
+        self.seen.update(self.taken_before)
+
     def offer(self, event: Accepted, checked: bool = False) -> Reason | None:
         """Accept an event (it is applied once the watermark passes it), or say why not;
         ``checked``: ``refuses`` has just found no reason to refuse it for sure."""
@@ -572,17 +584,14 @@ class Sessions:
         seen = self.seen
         if not checked:
             if time > self.horizon:
-                duplicate = event_id in seen or event_id in self.seen_before
-                return Reason.DUPLICATE if duplicate else Reason.FUTURE_TIMESTAMP
+                return Reason.DUPLICATE if event_id in seen else Reason.FUTURE_TIMESTAMP
             # taken into the dedupe memory at once (one lookup, not two): ``_late`` gives
             # back the id of an event it refuses
             size = len(seen)
             seen.add(event_id)
             if len(seen) == size:
                 return Reason.DUPLICATE
-            if event_id in self.seen_before:
-                seen.discard(event_id)
-                return Reason.DUPLICATE
+            self.taken.append(event_id)
         if time > self.newest:
             self.newest = time
             if time > self.clock:
@@ -593,6 +602,7 @@ class Sessions:
         if time >= watermark:
             if checked:
                 seen.add(event_id)
+                self.taken.append(event_id)
             number = int(time // self.settle_step)
             bucket = self.waiting.get(number)
             if bucket is None:
@@ -601,19 +611,33 @@ class Sessions:
                 bucket.append(event)
             return None
         reason = self._late(event, watermark)
-        if reason is not None and not checked:
-            seen.discard(event_id)  # (taken above: a copy of a refused event is no duplicate)
+        if reason is not None:
+            if not checked:
+                self._forget(event_id)  # (taken above: a copy of a refused event is no duplicate)
+        elif checked:
+            seen.add(event_id)
+            self.taken.append(event_id)
         return reason
+
+    def _forget(self, event_id: str) -> None:
+        """Take back the id just taken into the dedupe memory (the last of its generation's:
+        of the previous one's if the generations turned since)."""
+        self.seen.discard(event_id)
+        for taken in (self.taken, self.taken_before):
+            if taken and taken[-1] == event_id:
+                taken.pop()
+                return
 
     def remember(self, event_id: str) -> None:
         """An event taken in without being applied (a record merged into its search): a
-        copy of it is a duplicate."""
+        copy of it is a duplicate (``refuses`` found it new)."""
         self.seen.add(event_id)
+        self.taken.append(event_id)
 
     def refuses(self, event: Accepted) -> Reason | None:
         """Why ``offer`` would refuse the event for sure (a duplicate, or a time beyond the
         horizon), without changing anything; None: it may accept it."""
-        if event[2] in self.seen or event[2] in self.seen_before:
+        if event[2] in self.seen:
             return Reason.DUPLICATE
         return Reason.FUTURE_TIMESTAMP if event[0] > self.horizon else None
 
@@ -651,7 +675,6 @@ class Sessions:
             session.first = time
         elif time > session.last:
             session.last = time
-        self.seen.add(event[2])
         self._apply(session, event, session_id)
         return None
 
@@ -721,7 +744,9 @@ class Sessions:
         config = self.config
         watermark = self.clock - config.allowed_lateness
         if self.newest >= self.generation_end:
-            self.seen_before, self.seen = self.seen, set()
+            # the previous generation's ids are forgotten, in one call
+            self.seen.difference_update(self.taken_before)
+            self.taken_before, self.taken = self.taken, []
             self.ended_before, self.ended = self.ended, {}
             self.generation_end = self.newest + config.timeout + config.allowed_lateness
         width = self.bucket_seconds
@@ -756,7 +781,8 @@ class Sessions:
             self.query_sessions = None  # no session open: a cache of nothing
         self.due.clear()
         self.seen = set()
-        self.seen_before = set()
+        self.taken = []
+        self.taken_before = []
         self.ended = {}
         self.ended_before = {}
 
