@@ -65,12 +65,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-Sums = Sequence[float] | FloatArray
+    FloatArray = npt.NDArray[np.float64]
+    Sums = Sequence[float] | FloatArray
+else:
+    from monitor.lazy import numpy as np
 
 DEFAULT_RELATIVE_TAU = 0.05
 """The default mixing scale tau, as a fraction of the pooled metric of both variants."""

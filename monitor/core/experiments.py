@@ -27,7 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from monitor.lazy import numpy as np
 
 from monitor.config import ExperimentConfig
 from monitor.core.abtest import Buckets, compare, holm, srm

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from monitor.lazy import numpy as np
 
 from monitor.config import ImplicitConfig
 from monitor.inputs.clicklog import ClickLogReader, TooManySearches

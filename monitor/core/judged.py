@@ -22,9 +22,12 @@ import math
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from monitor.lazy import numpy as np
 
 from monitor.config import OfflineConfig
 from monitor.core.classes import normalise
@@ -44,14 +47,11 @@ from monitor.core.snapshots import (
 from monitor.core.stats import PairedComparison, compare
 from monitor.offline.curves import interpolated_precision
 from monitor.offline.measures import score
-from monitor.offline.ranking import (
-    BoolArray,
-    DuplicateDocumentError,
-    FloatArray,
-    IntArray,
-    RankedLists,
-)
+from monitor.offline.ranking import DuplicateDocumentError, RankedLists
 from monitor.offline.spec import RECALL_LEVELS, MeasureSpec, parse_measure
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import BoolArray, FloatArray, IntArray
 
 SOURCES = ("sample", "live", "implicit")
 SCORE_BUCKETS = tuple(i / 10 for i in range(11))

@@ -25,9 +25,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from monitor.lazy import numpy as np
 
 from monitor.config import Config
 from monitor.inputs.chain import DecoderChain, Result
@@ -43,7 +46,10 @@ from monitor.inputs.events import (
 )
 from monitor.inputs.files import lines
 from monitor.inputs.ubi import ONE_QUERY_SESSION
-from monitor.offline.clicks import MAX_POSITION, ClickLog, Column
+from monitor.offline.clicks import MAX_POSITION, ClickLog
+
+if TYPE_CHECKING:
+    from monitor.offline.clicks import Column
 
 MAX_SEARCHES = 5_000_000
 """The searches one reading keeps by default."""

@@ -16,13 +16,16 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-Vector = np.ndarray[Any, np.dtype[np.float64]]
-Indexes = np.ndarray[Any, np.dtype[np.int64]]
-Column = np.ndarray[Any, np.dtype[Any]]
+    Vector = np.ndarray[Any, np.dtype[np.float64]]
+    Indexes = np.ndarray[Any, np.dtype[np.int64]]
+    Column = np.ndarray[Any, np.dtype[Any]]
+else:
+    from monitor.lazy import numpy as np
 """An integer column of a click log (int32 indexes, uint8 positions: 14 bytes a row)."""
 
 MAX_POSITION = 100

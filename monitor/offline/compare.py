@@ -11,13 +11,16 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from monitor.offline.evaluate import Evaluation
 from monitor.offline.measures import GEOMETRIC_FLOOR, aggregate, geometric
-from monitor.offline.ranking import FloatArray
 from monitor.offline.spec import MeasureSpec
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import FloatArray
 
 Named = tuple[str, MeasureSpec]
 

@@ -14,11 +14,18 @@ every level. The curve of a run is the mean over its evaluated queries, level by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from monitor.lazy import numpy as np
 
-from monitor.offline.ranking import FloatArray, IntArray, RankedLists
+from monitor.offline.ranking import RankedLists
 from monitor.offline.spec import RECALL_LEVELS
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import FloatArray, IntArray
 
 
 def interpolated_precision(

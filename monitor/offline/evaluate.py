@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from monitor.offline.measures import aggregate, relstring, score, shown
-from monitor.offline.ranking import UNJUDGED, FloatArray, IntArray, RankedLists
+from monitor.offline.ranking import UNJUDGED, RankedLists
 from monitor.offline.spec import MeasureSpec
 from monitor.offline.trec import Qrels, Run, byte_order, pair_keys
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import FloatArray, IntArray
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,20 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from monitor.lazy import numpy as np
 
 from monitor.offline import curves
-from monitor.offline.ranking import (
-    BoolArray,
-    FloatArray,
-    IntArray,
-    RankedLists,
-    safe_divide,
-    segment_sums,
-)
+from monitor.offline.ranking import RankedLists, safe_divide, segment_sums
 from monitor.offline.spec import RECALL_LEVELS, MeasureSpec
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import BoolArray, FloatArray, IntArray
 
 GEOMETRIC_FLOOR = 1e-5
 """trec_eval's MIN_GEO_MEAN: per-query values below it are raised to it before GMAP's log."""

@@ -20,13 +20,16 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from monitor.offline.ranking import FloatArray, IntArray
 from monitor.offline.spec import INT64_MAX, INT64_MIN
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import FloatArray, IntArray
 
 Data = bytes | mmap.mmap
 """The contents of a file."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -10,8 +11,10 @@ import pytest
 from monitor.offline import evaluate as evaluate_module
 from monitor.offline import trec
 from monitor.offline.evaluate import Evaluation, evaluate
-from monitor.offline.ranking import IntArray
 from monitor.offline.spec import MeasureSpec, parse_measure
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import IntArray
 
 SPECS = [parse_measure(m) for m in ("P@5", "AP", "nDCG@10", "bpref", "Judged(negative=judged)@10")]
 

@@ -4,11 +4,16 @@ top k off a running count, taking only the first k rows of each query."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
 from monitor.offline.evaluate import _judged_labels, _stable_order
-from monitor.offline.ranking import IntArray, RankedLists
+from monitor.offline.ranking import RankedLists
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import IntArray
 
 
 def grouped(rng: np.random.Generator, groups: int) -> IntArray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ from monitor.core.judged import OVERALL, SCORE_BUCKETS, SOURCES, Judged, Pending
 from monitor.core.pipeline import Pipeline
 from monitor.core.stats import paired_t_p_value, sign_flip_p_value
 from monitor.inputs.generate import Regression, Traffic, World, events
-from monitor.offline.ranking import FloatArray, IntArray
+
+if TYPE_CHECKING:
+    from monitor.offline.ranking import FloatArray, IntArray
 
 # --- windows, with the events' own times as the clock -------------------------------------
 
