@@ -52,6 +52,17 @@ POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)
 FIRST_CLICK_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 QUERIES_PER_SESSION_BUCKETS = (1, 2, 3, 4, 5, 8, 13, 21)
 RECIPROCAL_RANK_BUCKETS = (0.1, 0.2, 0.25, 1 / 3, 0.5, 1.0)
+# The bucket of each small count, read from a list rather than searched for per event: a
+# click's position and its reciprocal rank (beyond 1 / the first bound, the first bucket),
+# a session's queries.
+POSITION_AT = [bisect_left(POSITION_BUCKETS, n) for n in range(POSITION_BUCKETS[-1] + 1)]
+RECIPROCAL_RANK_AT = [len(RECIPROCAL_RANK_BUCKETS)] + [
+    bisect_left(RECIPROCAL_RANK_BUCKETS, 1.0 / n)
+    for n in range(1, int(1 / RECIPROCAL_RANK_BUCKETS[0]) + 1)
+]
+QUERIES_PER_SESSION_AT = [
+    bisect_left(QUERIES_PER_SESSION_BUCKETS, n) for n in range(QUERIES_PER_SESSION_BUCKETS[-1] + 1)
+]
 
 
 class Histogram:
@@ -821,7 +832,11 @@ class Sessions:
         if session.flags & SUCCESSFUL:
             counters.successful_sessions[c] += 1
         per_session = counters.queries_per_session
-        per_session.counts[c][bisect_left(per_session.bounds, session.queries)] += 1
+        n = session.queries
+        per_session.counts[c][
+            QUERIES_PER_SESSION_AT[n] if n < len(QUERIES_PER_SESSION_AT)
+            else bisect_left(per_session.bounds, n)
+        ] += 1
         per_session.sums[c] += session.queries
 
     def _finish(self, session_id: str, session: Session) -> None:
@@ -1020,7 +1035,10 @@ class Sessions:
             counters.clicked_queries[klass] += 1
             if position:  # 0: a click without a rank (UBI: screen coordinates only)
                 rr = counters.first_click_reciprocal_rank
-                rr.counts[klass][bisect_left(rr.bounds, 1.0 / position)] += 1
+                rr.counts[klass][
+                    (RECIPROCAL_RANK_AT[position] if position < len(RECIPROCAL_RANK_AT) else 0)
+                    if position > 0 else bisect_left(rr.bounds, 1.0 / position)
+                ] += 1
                 rr.sums[klass] += 1.0 / position
             if delay >= 0:
                 ttfc = counters.time_to_first_click
@@ -1029,7 +1047,10 @@ class Sessions:
         counters.clicks[klass] += 1
         if position:
             positions = counters.click_position
-            positions.counts[klass][bisect_left(positions.bounds, position)] += 1
+            positions.counts[klass][
+                POSITION_AT[position] if 0 <= position < len(POSITION_AT)
+                else bisect_left(positions.bounds, position)
+            ] += 1
             positions.sums[klass] += position
 
     def _orphan(
