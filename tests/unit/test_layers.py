@@ -9,6 +9,7 @@ from pathlib import Path
 
 MONITOR = Path(__file__).resolve().parents[2] / "monitor"
 LAYERS = (
+    ("lazy",),
     ("offline",),
     ("config", "logs", "text", "compiled", "__init__", "__version__"),
     ("inputs",),
