@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import importlib
 import types
+from typing import Any
 
 
 class _Later(types.ModuleType):
     """A module imported on the first attribute read of it."""
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # introspection (``__path__``, ``__wrapped__``)
         module = importlib.import_module(self.__name__)
