@@ -263,8 +263,7 @@ def memory_per_session(sessions: int, config: Config) -> tuple[float, float]:
     with_ids = tracemalloc.get_traced_memory()[0] - before
     assert len(pipeline.sessions.open) == sessions, "every session is still open"
     pipeline.sessions.seen.clear()
-    pipeline.sessions.taken.clear()
-    pipeline.sessions.taken_before.clear()
+    pipeline.sessions.seen_before.clear()
     pipeline.sessions.waiting.clear()
     gc.collect()
     table = tracemalloc.get_traced_memory()[0] - before

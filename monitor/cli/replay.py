@@ -182,7 +182,7 @@ def command(args: argparse.Namespace) -> int:
     # every session and id the close forgets is freed with the process, not one at a time:
     # 3% of a replay of 380,000 lines
     sessions = pipeline.sessions
-    HELD_TO_THE_END.append((sessions.open, sessions.seen, sessions.taken, sessions.taken_before,
+    HELD_TO_THE_END.append((sessions.open, sessions.seen, sessions.seen_before,
                             sessions.ended, sessions.ended_before))
     pipeline.close()
     # the query lists (a tenth of a second for a day of traffic) only where they are shown

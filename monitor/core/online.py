@@ -52,28 +52,31 @@ POSITION_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50)
 FIRST_CLICK_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 QUERIES_PER_SESSION_BUCKETS = (1, 2, 3, 4, 5, 8, 13, 21)
 RECIPROCAL_RANK_BUCKETS = (0.1, 0.2, 0.25, 1 / 3, 0.5, 1.0)
-# The bucket of each small count, read from a list rather than searched for per event: a
-# click's position and its reciprocal rank (beyond 1 / the first bound, the first bucket),
-# a session's queries.
-POSITION_AT = [bisect_left(POSITION_BUCKETS, n) for n in range(POSITION_BUCKETS[-1] + 1)]
-RECIPROCAL_RANK_AT = [len(RECIPROCAL_RANK_BUCKETS)] + [
-    bisect_left(RECIPROCAL_RANK_BUCKETS, 1.0 / n)
-    for n in range(1, int(1 / RECIPROCAL_RANK_BUCKETS[0]) + 1)
-]
-QUERIES_PER_SESSION_AT = [
-    bisect_left(QUERIES_PER_SESSION_BUCKETS, n) for n in range(QUERIES_PER_SESSION_BUCKETS[-1] + 1)
-]
 
 
 class Histogram:
     """Per-class bucket counts (non-cumulative; the last bucket is +Inf) and sums."""
 
-    __slots__ = ("bounds", "counts", "sums")
+    __slots__ = ("at", "bounds", "counts", "sums")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts: list[list[int]] = []
         self.sums: list[float] = []
+        whole = all(bound == int(bound) for bound in bounds)
+        self.at = [bisect_left(bounds, n) for n in range(int(bounds[-1]) + 1)] if whole else []
+        """Where every bound is a whole number: the bucket of each whole number up to the
+        last bound (``observe_count`` reads it from a list rather than searching per count)."""
+
+    def observe(self, klass: int, value: float) -> None:
+        self.counts[klass][bisect_left(self.bounds, value)] += 1
+        self.sums[klass] += value
+
+    def observe_count(self, klass: int, n: int) -> None:
+        """``observe`` of a whole number (a click's position, a session's queries)."""
+        at = self.at
+        self.counts[klass][at[n] if 0 <= n < len(at) else bisect_left(self.bounds, n)] += 1
+        self.sums[klass] += n
 
     def add_class(self) -> None:
         self.counts.append([0] * (len(self.bounds) + 1))
@@ -395,11 +398,7 @@ class Sessions:
         self.floor = float("-inf")
         """The wall clock the watermark last followed while idle."""
         self.seen: set[str] = set()
-        """The dedupe memory: every id remembered, of both generations (one lookup an event)."""
-        self.taken: list[str] = []
-        """The ids of this generation of the memory, in the order taken (``taken_before``:
-        the previous one's): a rotation forgets the previous one's in one call."""
-        self.taken_before: list[str] = []
+        self.seen_before: set[str] = set()
         self.ended: dict[str, float] = {}
         """The last event time of each session closed in this generation of the dedupe
         memory (and ``ended_before``: the previous one): a late event within the timeout of
@@ -470,8 +469,8 @@ class Sessions:
             orphans=[s.orphans or [] for s in sessions],
             waiting=WaitingState(*(list(column) for column in zip(*waiting, strict=True)))
             if waiting else WaitingState([], [], [], [], [], [], []),
-            newest=finite_or_none(self.newest), seen=list(self.taken),
-            seen_before=list(self.taken_before), ended=dict(self.ended),
+            newest=finite_or_none(self.newest), seen=list(self.seen),
+            seen_before=list(self.seen_before), ended=dict(self.ended),
             ended_before=dict(self.ended_before),
             generation_end=finite_or_none(self.generation_end),
             next_due=finite_or_none(self.next_due),
@@ -533,7 +532,7 @@ class Sessions:
         self.newest = or_minus_infinity(state.newest)
         self.floor = or_minus_infinity(state.floor)
         self.clock = max(self.newest, self.floor)
-        self.remember_ids(state.seen, state.seen_before)
+        self.seen, self.seen_before = set(state.seen), set(state.seen_before)
         self.ended, self.ended_before = dict(state.ended), dict(state.ended_before)
         self.generation_end = or_minus_infinity(state.generation_end)
         self.next_due = or_minus_infinity(state.next_due)
@@ -580,14 +579,6 @@ class Sessions:
         self._advance()
         return (self.open_count, sum(len(b) for b in self.waiting.values())) != before
 
-    def remember_ids(self, ids: list[str], before: list[str]) -> None:
-        """The dedupe memory of a restored state: ``ids`` of this generation, ``before`` of
-        the previous one (an id in both is this generation's)."""
-        self.taken = list(dict.fromkeys(ids))
-        self.seen = set(self.taken)
-        self.taken_before = [i for i in dict.fromkeys(before) if i not in self.seen]
-        self.seen.update(self.taken_before)
-
     def offer(self, event: Accepted, checked: bool = False) -> Reason | None:
         """Accept an event (it is applied once the watermark passes it), or say why not;
         ``checked``: ``refuses`` has just found no reason to refuse it for sure."""
@@ -595,14 +586,17 @@ class Sessions:
         seen = self.seen
         if not checked:
             if time > self.horizon:
-                return Reason.DUPLICATE if event_id in seen else Reason.FUTURE_TIMESTAMP
+                duplicate = event_id in seen or event_id in self.seen_before
+                return Reason.DUPLICATE if duplicate else Reason.FUTURE_TIMESTAMP
             # taken into the dedupe memory at once (one lookup, not two): ``_late`` gives
             # back the id of an event it refuses
             size = len(seen)
             seen.add(event_id)
             if len(seen) == size:
                 return Reason.DUPLICATE
-            self.taken.append(event_id)
+            if event_id in self.seen_before:
+                seen.discard(event_id)
+                return Reason.DUPLICATE
         if time > self.newest:
             self.newest = time
             if time > self.clock:
@@ -613,7 +607,6 @@ class Sessions:
         if time >= watermark:
             if checked:
                 seen.add(event_id)
-                self.taken.append(event_id)
             number = int(time // self.settle_step)
             bucket = self.waiting.get(number)
             if bucket is None:
@@ -622,33 +615,19 @@ class Sessions:
                 bucket.append(event)
             return None
         reason = self._late(event, watermark)
-        if reason is not None:
-            if not checked:
-                self._forget(event_id)  # (taken above: a copy of a refused event is no duplicate)
-        elif checked:
-            seen.add(event_id)
-            self.taken.append(event_id)
+        if reason is not None and not checked:
+            seen.discard(event_id)  # (taken above: a copy of a refused event is no duplicate)
         return reason
-
-    def _forget(self, event_id: str) -> None:
-        """Take back the id just taken into the dedupe memory (the last of its generation's:
-        of the previous one's if the generations turned since)."""
-        self.seen.discard(event_id)
-        for taken in (self.taken, self.taken_before):
-            if taken and taken[-1] == event_id:
-                taken.pop()
-                return
 
     def remember(self, event_id: str) -> None:
         """An event taken in without being applied (a record merged into its search): a
-        copy of it is a duplicate (``refuses`` found it new)."""
+        copy of it is a duplicate."""
         self.seen.add(event_id)
-        self.taken.append(event_id)
 
     def refuses(self, event: Accepted) -> Reason | None:
         """Why ``offer`` would refuse the event for sure (a duplicate, or a time beyond the
         horizon), without changing anything; None: it may accept it."""
-        if event[2] in self.seen:
+        if event[2] in self.seen or event[2] in self.seen_before:
             return Reason.DUPLICATE
         return Reason.FUTURE_TIMESTAMP if event[0] > self.horizon else None
 
@@ -686,6 +665,7 @@ class Sessions:
             session.first = time
         elif time > session.last:
             session.last = time
+        self.seen.add(event[2])
         self._apply(session, event, session_id)
         return None
 
@@ -755,9 +735,7 @@ class Sessions:
         config = self.config
         watermark = self.clock - config.allowed_lateness
         if self.newest >= self.generation_end:
-            # the previous generation's ids are forgotten, in one call
-            self.seen.difference_update(self.taken_before)
-            self.taken_before, self.taken = self.taken, []
+            self.seen_before, self.seen = self.seen, set()
             self.ended_before, self.ended = self.ended, {}
             self.generation_end = self.newest + config.timeout + config.allowed_lateness
         width = self.bucket_seconds
@@ -792,8 +770,7 @@ class Sessions:
             self.query_sessions = None  # no session open: a cache of nothing
         self.due.clear()
         self.seen = set()
-        self.taken = []
-        self.taken_before = []
+        self.seen_before = set()
         self.ended = {}
         self.ended_before = {}
 
@@ -831,13 +808,7 @@ class Sessions:
             counters.abandoned_sessions[c] += 1
         if session.flags & SUCCESSFUL:
             counters.successful_sessions[c] += 1
-        per_session = counters.queries_per_session
-        n = session.queries
-        per_session.counts[c][
-            QUERIES_PER_SESSION_AT[n] if n < len(QUERIES_PER_SESSION_AT)
-            else bisect_left(per_session.bounds, n)
-        ] += 1
-        per_session.sums[c] += session.queries
+        counters.queries_per_session.observe_count(c, session.queries)
 
     def _finish(self, session_id: str, session: Session) -> None:
         finished = self.finished
@@ -888,9 +859,7 @@ class Sessions:
             older[found + 3] &= ~ZERO_RESULTS
 
     def count_latency(self, klass: int, seconds: float) -> None:
-        latency = self.counters.query_latency
-        latency.counts[klass][bisect_left(latency.bounds, seconds)] += 1
-        latency.sums[klass] += seconds
+        self.counters.query_latency.observe(klass, seconds)
 
     # --- events applied to their session, in event time order ------------------------------
 
@@ -1034,24 +1003,12 @@ class Sessions:
         if first:
             counters.clicked_queries[klass] += 1
             if position:  # 0: a click without a rank (UBI: screen coordinates only)
-                rr = counters.first_click_reciprocal_rank
-                rr.counts[klass][
-                    (RECIPROCAL_RANK_AT[position] if position < len(RECIPROCAL_RANK_AT) else 0)
-                    if position > 0 else bisect_left(rr.bounds, 1.0 / position)
-                ] += 1
-                rr.sums[klass] += 1.0 / position
+                counters.first_click_reciprocal_rank.observe(klass, 1.0 / position)
             if delay >= 0:
-                ttfc = counters.time_to_first_click
-                ttfc.counts[klass][bisect_left(ttfc.bounds, delay)] += 1
-                ttfc.sums[klass] += delay
+                counters.time_to_first_click.observe(klass, delay)
         counters.clicks[klass] += 1
         if position:
-            positions = counters.click_position
-            positions.counts[klass][
-                POSITION_AT[position] if 0 <= position < len(POSITION_AT)
-                else bisect_left(positions.bounds, position)
-            ] += 1
-            positions.sums[klass] += position
+            counters.click_position.observe_count(klass, position)
 
     def _orphan(
         self, session: Session, kind: int, query_id: str | None, time: float, position: int

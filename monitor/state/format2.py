@@ -254,7 +254,7 @@ def _sessions(pipeline: Pipeline, record: Any) -> None:
         query_time, older, [None] * len(ids),
     ), strict=True))
     sessions.newest = float(record["newest"])
-    sessions.remember_ids(list(record["seen"]), list(record["seen_before"]))
+    sessions.seen, sessions.seen_before = set(record["seen"]), set(record["seen_before"])
     sessions.generation_end = float(record["generation_end"])
     sessions.next_due = float(record["next_due"])
     sessions.next_settle = sessions.newest - pipeline.config.sessions.allowed_lateness
