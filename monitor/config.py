@@ -30,7 +30,7 @@ from pydantic import (
 from monitor.offline.spec import MeasureNameError, parse_measure
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
 def window_label(seconds: float) -> str:
@@ -54,7 +54,7 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and (match := _DURATION.match(value)):
-        seconds = float(match[1]) * _UNITS[match[2]]
+        seconds = float(match[1]) * _UNITS[match[2] or "s"]  # no unit: seconds
     else:
         raise ValueError("expected a duration such as 30s, 5m, 1h, 7d or a number of seconds")
     if seconds < 0:

@@ -59,11 +59,16 @@ def _quantile(q: float, family: str, by: str = "query_class") -> str:
     return f"histogram_quantile({q}, {buckets})"
 
 
-def _recorded(name: str, level: str, last_week: bool) -> list[tuple[str, str]]:
+def _recorded(
+    name: str, level: str, last_week: bool, labels: str | None = None, legend: str | None = None,
+) -> list[tuple[str, str]]:
     """The 5m and 1h recording rules of a ratio or rate, and the 1h one a week ago, which is
-    what the week-over-week alerts compare with (absent until Prometheus holds a week)."""
-    legend = "{{query_class}} " if level else ""
-    labels = f"{{{CLASS}}}" if level else ""
+    what the week-over-week alerts compare with (absent until Prometheus holds a week).
+    ``labels`` and ``legend`` default to the class's (none for the overall level)."""
+    if legend is None:
+        legend = "{{query_class}} " if level else ""
+    if labels is None:
+        labels = f"{{{CLASS}}}" if level else ""
     series = [(f"{legend}5m", f"{level}:{name}5m{labels}"),
               (f"{legend}1h", f"{level}:{name}1h{labels}")]
     if last_week:
@@ -126,41 +131,40 @@ def _slices(dimensions: Sequence[str]) -> list[Panel]:
     """The slice:* recording rules, one series per class and value of each dimension, with
     last week's 1h series, which the slice alerts compare with or guard on."""
     labels = "{" + ", ".join([CLASS, *(f'{d}=~"${d}"' for d in dimensions)]) + "}"
-    legend = " ".join("{{" + name + "}}" for name in ("query_class", *dimensions))
+    legend = " ".join("{{" + name + "}}" for name in ("query_class", *dimensions)) + " "
 
-    def recorded(name: str, *windows: str) -> list[tuple[str, str]]:
-        return [*((f"{legend} {w}", f"slice:{name}{w}{labels}") for w in windows),
-                (f"{legend} 1h, last week", f"slice:{name}1h{labels} offset 1w")]
+    def recorded(name: str, last_week: bool = True) -> list[tuple[str, str]]:
+        return _recorded(name, "slice", last_week, labels, legend)
 
     return [
         Panel("Queries per second by slice", "reqps",
               SLICE_OVERVIEW + "1h is the volume guard of the slice alerts: 2 queries/s now "
               "and a week ago for CTR, now for zero-result rate.",
-              recorded("search_queries:rate", "5m", "1h"),
+              recorded("search_queries:rate"),
               ("SearchSliceCTRDropWeekOverWeek", "SearchSliceZeroResultRateRise")),
         Panel("Sessions per second by slice", "reqps",
               SLICE_OVERVIEW + "1h is the volume guard of the slice session success and "
               "abandonment alerts: 1 session/s now and a week ago.",
-              recorded("search_sessions:rate", "5m", "1h"),
+              recorded("search_sessions:rate"),
               ("SearchSliceSessionSuccessDropWeekOverWeek", "SearchSliceAbandonmentRise")),
         Panel("Click-through rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of queries with a click. " + WEEK,
-              recorded("search_ctr:ratio_rate", "5m", "1h"),
+              recorded("search_ctr:ratio_rate"),
               ("SearchSliceCTRDropWeekOverWeek",)),
         Panel("Click rate per impression by slice", "percentunit",
               SLICE_OVERVIEW + "clicks per result shown.",
-              recorded("search_click_rate_per_impression:ratio_rate", "5m", "1h")[:2]),
+              recorded("search_click_rate_per_impression:ratio_rate", last_week=False)),
         Panel("Zero-result rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of queries that returned nothing. " + WEEK,
-              recorded("search_zero_result_rate:ratio_rate", "5m", "1h"),
+              recorded("search_zero_result_rate:ratio_rate"),
               ("SearchSliceZeroResultRateRise",)),
         Panel("Abandonment rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of sessions without a click. " + WEEK,
-              recorded("search_abandonment_rate:ratio_rate", "5m", "1h"),
+              recorded("search_abandonment_rate:ratio_rate"),
               ("SearchSliceAbandonmentRise",)),
         Panel("Session success rate by slice", "percentunit",
               SLICE_OVERVIEW + "share of sessions with a long click or a conversion. " + WEEK,
-              recorded("search_session_success_rate:ratio_rate", "5m", "1h"),
+              recorded("search_session_success_rate:ratio_rate"),
               ("SearchSliceSessionSuccessDropWeekOverWeek",)),
         Panel("Slices in use and values folded", "short", "Label sets of the online "
               "families (bounded by [slices] max_series), and queries per second whose value "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from monitor.config import Config
     from monitor.logs import Level
+    from monitor.serve.queries import QueryState
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -142,6 +143,23 @@ def fetch(base: str, path: str) -> bytes:
         ) from None
     except (urllib.error.URLError, OSError) as error:
         raise UsageError(f"{shown}: {getattr(error, 'reason', error)}") from None
+
+
+def query_state(urls: Sequence[str]) -> QueryState:
+    """The query lists of the daemons at ``urls`` (``/queries/state``), merged as replicas
+    (``top``, ``sample``); ``UsageError`` when one cannot be read or they do not merge."""
+    from pydantic import ValidationError
+
+    from monitor.core.snapshots import StateError
+    from monitor.serve.queries import STATE, merge_replicas
+    from monitor.text import printable
+
+    try:
+        return merge_replicas([STATE.validate_json(fetch(url, "/queries/state"))
+                               for url in urls])
+    except (ValidationError, StateError) as error:
+        raise UsageError("cannot merge the replicas' query lists: "
+                         + printable(str(error))) from None
 
 
 def shown_url(url: str) -> str:

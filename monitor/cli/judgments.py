@@ -44,10 +44,8 @@ def from_clicks(args: argparse.Namespace) -> int:
     note(f"{len(estimate.score):,} (query, document) pairs, {int(mask.sum()):,} shown at least "
          f"{args.min_impressions} times, {int((~mask).sum()):,} left out")
     if estimate.position_bias is not None:
-        curve = estimate.position_bias
-        first = curve[0] if len(curve) and not math.isnan(curve[0]) else math.nan
         note("position bias (examination relative to the most examined position): " + ", ".join(
-            f"{k}: {value:.3f} ({value / first:.3f})" for k, value in enumerate(curve, 1)
+            f"{k}: {value:.3f}" for k, value in enumerate(estimate.position_bias, 1)
             if not math.isnan(value)))
     if estimate.parameters:
         note("fitted: " + ", ".join(f"{name} {value:.4g}"

@@ -9,13 +9,31 @@ import csv
 import json
 import random
 import sys
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from monitor.cli.common import EXIT_OK, UsageError, fetch, load, read_events
+from monitor.cli.common import EXIT_OK, UsageError, load, query_state, read_events
+
+if TYPE_CHECKING:
+    from monitor.offline.sampling import Candidate
 
 
 def note(text: str) -> None:
     print(f"searchmon sample: {text}", file=sys.stderr)
+
+
+def _candidate(query: str, searches: int, query_class: str, values: Sequence[str],
+               dimensions: Sequence[str], by: Sequence[str]) -> Candidate:
+    """A query to pick from, in its stratum: its class and values of the ``--by`` names."""
+    from monitor.offline.sampling import Candidate
+
+    named = dict(zip(dimensions, values, strict=True))
+    return Candidate(query, searches,
+                     tuple(query_class if name == "class" else named[name] for name in by))
+
+
+def _picked(count: int, method: str, by: Sequence[str]) -> str:
+    return f"{count:,} queries picked ({method}" + (f", by {', '.join(by)}" if by else "") + ")"
 
 
 def command(args: argparse.Namespace) -> int:
@@ -24,9 +42,8 @@ def command(args: argparse.Namespace) -> int:
     from monitor.inputs.clicklog import QueryTallyReader, decoded, read_all
     from monitor.inputs.events import QueryEvent
     from monitor.inputs.generate import rfc3339
-    from monitor.offline.sampling import Candidate, sample
+    from monitor.offline.sampling import sample
 
-    config = load(args.config)
     if args.url and args.events:
         raise UsageError("give search logs (EVENTS) or --url (a running daemon's lists), "
                          "not both")
@@ -35,6 +52,9 @@ def command(args: argparse.Namespace) -> int:
     by = list(dict.fromkeys(args.by or []))
     if args.url:
         return _from_lists(args, by)
+    if args.window is not None:
+        raise UsageError("--window: only with --url (search logs are sampled whole)")
+    config = load(args.config)
     if not config.query_lists.enabled:
         raise UsageError("[query_lists] enabled = false: no query text may be shown")
     dimensions = tuple(name for name in by if name != "class")
@@ -55,17 +75,15 @@ def command(args: argparse.Namespace) -> int:
     index = {}
     candidates = []
     for (query, values), record in public.items():
-        named = dict(zip(dimensions, values, strict=True))
-        stratum = tuple(record.query_class if name == "class" else named[name] for name in by)
-        candidate = Candidate(query, record.searches, stratum)
+        candidate = _candidate(query, record.searches, record.query_class, values, dimensions,
+                               by)
         index[id(candidate)] = (record, values)
         candidates.append(candidate)
     picked = sample(candidates, args.count, args.method, random.Random(args.seed))
     unlisted = sum(1 for c in picked if not index[id(c)][0].results)
     if unlisted:
         note(f"{unlisted:,} picked queries have no logged result list (their results: none)")
-    note(f"{len(picked):,} queries picked ({args.method}"
-         + (f", by {', '.join(by)}" if by else "") + ")")
+    note(_picked(len(picked), args.method, by))
     rows = []
     for c in picked:
         record, values = index[id(c)]
@@ -108,20 +126,11 @@ def _from_lists(args: argparse.Namespace, by: list[str]) -> int:
     """Queries of the daemons' query lists (``/queries/state`` of each ``--url``, merged as
     ``top`` merges replicas): the searches list of one window, the queries the daemons may
     show (their k-anonymity floor). The lists keep counts, not served lists: no results."""
-    from pydantic import ValidationError
-
     from monitor.config import parse_duration, window_label
     from monitor.core.classes import ALL
-    from monitor.core.snapshots import StateError
-    from monitor.offline.sampling import Candidate, sample
-    from monitor.serve.queries import STATE, merge_replicas
-    from monitor.text import printable
+    from monitor.offline.sampling import sample
 
-    try:
-        state = merge_replicas([STATE.validate_json(fetch(url, "/queries/state"))
-                                for url in args.url])
-    except (ValidationError, StateError) as error:
-        raise UsageError("cannot read the daemons' query lists: " + printable(str(error))) from None
+    state = query_state(args.url)
     if not state.enabled:
         raise UsageError("the daemon's query lists are disabled ([query_lists] enabled = false)")
     if args.min_sessions is not None and args.min_sessions > state.min_sessions:
@@ -161,16 +170,13 @@ def _from_lists(args: argparse.Namespace, by: list[str]) -> int:
     candidates, index = [], {}
     for (query, own), by_class in searches.items():
         query_class = max(by_class, key=lambda name: (by_class[name], name))
-        named = dict(zip(dimensions, own, strict=True))
-        stratum = tuple(query_class if name == "class" else named[name] for name in by)
-        candidate = Candidate(query, sum(by_class.values()), stratum)
+        candidate = _candidate(query, sum(by_class.values()), query_class, own, dimensions, by)
         index[id(candidate)] = (query_class, own)
         candidates.append(candidate)
     picked = sample(candidates, args.count, args.method, random.Random(args.seed))
     note(f"{len(candidates):,} queries in the daemon's lists of the last "
          f"{window_label(window.window)} (each issued by {state.min_sessions} sessions or "
-         f"more); {len(picked):,} picked ({args.method}" + (f", by {', '.join(by)}" if by
-                                                              else "") + ")")
+         f"more); " + _picked(len(picked), args.method, by))
     note("the lists keep counts, not served lists: no results (give search logs for them)")
     return _write([Picked(c.query, index[id(c)][0], index[id(c)][1], c.searches, None, [])
                    for c in picked], dimensions, args.format)

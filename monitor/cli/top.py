@@ -8,25 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from monitor.cli.common import EXIT_OK, UsageError, fetch, shown_url
+from monitor.cli.common import EXIT_OK, UsageError, fetch, query_state, shown_url
 
 
 def command(args: argparse.Namespace) -> int:
     import json
     from urllib.parse import urlencode
 
-    from pydantic import ValidationError
-
-    from monitor.core.snapshots import StateError
-    from monitor.serve.queries import (
-        STATE,
-        FilterError,
-        format_lists,
-        merge_replicas,
-        report_of,
-        select,
-    )
-    from monitor.text import printable
+    from monitor.serve.queries import FilterError, format_lists, report_of, select
 
     values = {}
     for pair in args.slice:
@@ -46,13 +35,7 @@ def command(args: argparse.Namespace) -> int:
                              "not JSON)") from None
     else:
         if args.url is not None:  # replicas: their summaries merge as the partitions' did
-            try:
-                unfiltered = report_of(merge_replicas([
-                    STATE.validate_json(fetch(url, "/queries/state")) for url in args.url
-                ]))
-            except (ValidationError, StateError) as error:
-                raise UsageError("cannot merge the replicas' query lists: "
-                                 + printable(str(error))) from None
+            unfiltered = report_of(query_state(args.url))
         else:
             unfiltered = _replay_queries(args.report)
         try:

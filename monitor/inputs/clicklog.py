@@ -21,6 +21,7 @@ Memory grows with the searches read (a few dozen bytes per result shown), up to
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -207,9 +208,12 @@ class ClickLogReader:
                 first = int(searches[at])
                 # the search of the latest record at or before it (a text that came back
                 # under the id is its search again); before them all, the earliest
-                stamps = [(max((t for t in records[s] if t <= when[at]), default=None),
-                           records[s][0] if records[s] else float("inf"), s)
-                          for s in (first, *self._later[first])]
+                stamps = []
+                for s in (first, *self._later[first]):
+                    kept = records[s]
+                    found = bisect_right(kept, when[at])  # (sorted: the latest at or before)
+                    stamps.append((kept[found - 1] if found else None,
+                                   kept[0] if kept else float("inf"), s))
                 before = [(latest, s) for latest, _, s in stamps if latest is not None]
                 columns[0][at] = (max(before)[1] if before
                                   else min((start, s) for _, start, s in stamps)[1])

@@ -330,7 +330,7 @@ def select(
     seconds = None
     if window is not None:
         try:
-            seconds = parse_duration(window if not window.isdigit() else float(window))
+            seconds = parse_duration(window)
         except ValueError:
             raise FilterError(f"window {window!r}: expected a duration such as 1h") from None
     entries = [*report.get("lists", []), *report.get("worsened", [])]

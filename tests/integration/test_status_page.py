@@ -237,6 +237,9 @@ def test_sample_picks_queries_for_judges_from_a_running_daemons_lists(served: st
         refused = subprocess.run([*SEARCHMON, "sample", "--url", served, *argv],
                                  capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2 and "searchmon" in refused.stderr, argv
+    in_seconds = subprocess.run([*SEARCHMON, "sample", "--url", served, "--window", "3600",
+                                 "-n", "3"], capture_output=True, text=True, timeout=60)
+    assert in_seconds.returncode == 0, in_seconds.stderr  # as `top --window 3600` reads it
 
 
 def test_top_refuses_a_malformed_replica_state(tmp_path: Path) -> None:

@@ -240,29 +240,32 @@ def test_the_reader_joins_clicks_to_the_logged_list_in_any_order(tmp_path: Path)
                          ("cheap flights", "c", 3, True)]
 
 
+def record(event: str, seconds: int, text: str, results: list[str]) -> dict[str, Any]:
+    """A query record of session s1 under the query id Q1, ``seconds`` after START."""
+    return {"type": "query", "event_id": event, "timestamp": START + seconds * 1000,
+            "session_id": "s1", "query_id": "Q1", "query_text": text, "result_ids": results}
+
+
+def click_on_q1(event: str, seconds: int, doc: str, position: int) -> dict[str, Any]:
+    """A click of session s1 on the search of Q1, ``seconds`` after START."""
+    return {"type": "click", "event_id": event, "timestamp": START + seconds * 1000,
+            "session_id": "s1", "query_id": "Q1", "doc_id": doc, "position": position}
+
+
 def test_another_text_under_a_query_id_is_another_search_its_clicks_follow_in_time(
         tmp_path: Path) -> None:
     """A refinement logged under the same query_id (in file order after, in event time
     before): each text is its own search with its own list, and a click goes to the search
     of its id it follows in event time."""
-    def record(event: str, seconds: int, text: str, results: list[str]) -> dict[str, Any]:
-        return {"type": "query", "event_id": event, "timestamp": START + seconds * 1000,
-                "session_id": "s1", "query_id": "Q1", "query_text": text,
-                "result_ids": results}
-
     path = events_file(tmp_path / "e.jsonl", [
         record("e1", 55, "printe", []),
         record("e2", 30, "printer toner", ["t1", "t2"]),
-        {"type": "click", "event_id": "c1", "timestamp": START + 36_000, "session_id": "s1",
-         "query_id": "Q1", "doc_id": "t1", "position": 1},
+        click_on_q1("c1", 36, "t1", 1),
         record("e3", 60, "printer ink", ["i1", "i2"]),
-        {"type": "click", "event_id": "c2", "timestamp": START + 61_000, "session_id": "s1",
-         "query_id": "Q1", "doc_id": "i2", "position": 2},
-        {"type": "click", "event_id": "c3", "timestamp": START + 10_000, "session_id": "s1",
-         "query_id": "Q1", "doc_id": "t1", "position": 1},  # before them all: the earliest
+        click_on_q1("c2", 61, "i2", 2),
+        click_on_q1("c3", 10, "t1", 1),  # before them all: the earliest
         record("e4", 70, "printer toner", ["t1", "t2"]),  # toner searched again
-        {"type": "click", "event_id": "c4", "timestamp": START + 75_000, "session_id": "s1",
-         "query_id": "Q1", "doc_id": "t2", "position": 2},  # toner's (70), not ink's (60)
+        click_on_q1("c4", 75, "t2", 2),  # toner's (70), not ink's (60)
     ])
     log = read([path])
     assert rows(log) == [
@@ -359,17 +362,11 @@ def test_a_search_keeps_the_time_of_every_record_whatever_the_file_order(
         tmp_path: Path) -> None:
     """A text's records read at 20 s then 0 s: a click at 25 s follows its record at 20 s,
     not the other text's at 10 s (the later-read earlier record once replaced the 20 s)."""
-    def record(event: str, seconds: int, text: str, results: list[str]) -> dict[str, Any]:
-        return {"type": "query", "event_id": event, "timestamp": START + seconds * 1000,
-                "session_id": "s1", "query_id": "Q1", "query_text": text,
-                "result_ids": results}
-
     path = events_file(tmp_path / "e.jsonl", [
         record("e1", 20, "printer toner", ["t1", "t2"]),
         record("e2", 10, "printer ink", ["i1", "i2"]),
         record("e3", 0, "printer toner", ["t1", "t2"]),
-        {"type": "click", "event_id": "c1", "timestamp": START + 25_000, "session_id": "s1",
-         "query_id": "Q1", "doc_id": "t2", "position": 2},
+        click_on_q1("c1", 25, "t2", 2),
     ])
     log = read([path])
     assert ("printer toner", "t2", 2, True) in rows(log)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from monitor.config import Config, ConfigError, load_config, parse_config
+from monitor.config import Config, ConfigError, load_config, parse_config, parse_duration
 from tests.support.files import ROOT
 
 
@@ -91,3 +91,12 @@ def test_the_state_process_gets_the_real_password(
     assert seen.read_text() == "s3cret-value"
     again = pickle.loads(pickle.dumps(config))  # what spawn sends over its pipe
     assert again.kafka.client_options()["sasl_plain_password"] == "s3cret-value"
+
+
+def test_a_duration_is_a_number_of_seconds_with_a_unit_or_without() -> None:
+    """``3600``, as a number or as a string (a command-line argument), is 3600 seconds."""
+    assert parse_duration(3600) == parse_duration("3600") == parse_duration("1h") == 3600.0
+    assert parse_duration("1.5") == 1.5
+    assert parse_config('[sessions]\ntimeout = "900"\n').sessions.timeout == 900.0
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration("1 hour")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from monitor.cli.common import EXIT_OK
+from monitor.cli.common import EXIT_OK, EXIT_USAGE
 from monitor.cli.main import main
 from monitor.offline.sampling import Candidate, allocation, pick_pps, pick_top, sample
 
@@ -87,6 +87,15 @@ def test_sample_writes_each_picked_querys_latest_served_list(
         ["stove", "product", "5", "1", "stove-16"], ["stove", "product", "5", "2", "x"],
     ]
     assert "1 under the k-anonymity floor" in err  # rare: two sessions
+
+
+def test_sample_of_search_logs_refuses_a_window(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--window`` picks one of a daemon's lists (``--url``); logs are sampled whole, and a
+    window given with them is refused rather than ignored."""
+    source = events(tmp_path / "e.jsonl")
+    assert main(["sample", str(source), "--window", "1h"]) == EXIT_USAGE
+    assert "--window: only with --url" in capsys.readouterr().err
 
 
 def test_sample_by_a_slice_dimension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
