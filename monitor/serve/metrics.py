@@ -413,6 +413,16 @@ class ExportCollector(Collector):
 
 
 
+def served_info(scheme: str) -> InfoMetricFamily:
+    """``searchmon_http_info``: the scheme this process serves its status page and
+    ``/metrics`` with (``https`` once ``[http]`` has its TLS files), for the links of the
+    alerts' ``status_page`` annotation (the instance is the scrape target's)."""
+    return InfoMetricFamily(
+        "searchmon_http", "How this process serves its status page and /metrics: scheme.",
+        value={"scheme": scheme},
+    )
+
+
 def consumer_metrics(
     lag: dict[tuple[str, int], int], connected: bool, checkpoint_time: float | None,
     dead_lettered: int, checkpoint_failures: int = 0, dead_letters_truncated: int = 0,

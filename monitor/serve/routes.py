@@ -33,7 +33,7 @@ from prometheus_client.registry import CollectorRegistry
 from monitor.config import HttpConfig
 from monitor.serve import page
 from monitor.serve.http import Answer, HttpServer, Limits, Request, tls_context
-from monitor.serve.metrics import ExportCollector
+from monitor.serve.metrics import ExportCollector, served_info
 from monitor.serve.page import Broker, Status
 from monitor.serve.queries import STATE, FilterError, Report, select
 
@@ -243,13 +243,14 @@ def serve(
     with ``process``, the process collector's) served on ``[http]`` (HTTPS, and mutual TLS,
     when its TLS files are set), started. The daemon and ``replay --serve`` both serve this
     way."""
-    registry = CollectorRegistry()
-    registry.register(ExportCollector(status.export, extra))
-    if process:
-        ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
     tls = None
     if http.tls_certfile is not None and http.tls_keyfile is not None:
         tls = tls_context(http.tls_certfile, http.tls_keyfile, http.tls_client_cafile)
+    served = served_info("https" if tls is not None else "http")
+    registry = CollectorRegistry()
+    registry.register(ExportCollector(status.export, lambda: (*extra(), served)))
+    if process:
+        ProcessCollector(registry=registry)  # process_*: RSS, CPU, open fds, start time
     server = MetricsServer(http.address, registry, ready, tls, alive, status=status,
                            page_refresh=math.ceil(http.page_refresh))
     server.start()

@@ -711,8 +711,9 @@ def test_a_replica_without_partitions_is_not_ready(tmp_path: Path, broker: Broke
 def test_what_an_operator_reads_versions_process_liveness_and_json_logs(
     tmp_path: Path, broker: Broker
 ) -> None:
-    """``searchmon_build_info`` names the Python and kafka-python versions, the process
-    collector's families are exported, ``/livez`` answers, ``--log-format json`` writes one
+    """``searchmon_build_info`` names the Python and kafka-python versions,
+    ``searchmon_http_info`` the scheme it serves with, the process collector's families are
+    exported, ``/livez`` answers, ``--log-format json`` writes one
     JSON object per line, and a judgments topic of several partitions is
     warned about."""
     broker.create_topics({"ops-events": 2, "ops-judgments": 2})
@@ -736,6 +737,7 @@ def test_what_an_operator_reads_versions_process_liveness_and_json_logs(
         info = next(key for key in values if key.startswith("searchmon_build_info{"))
         for label in ("version=", "python=", "kafka_python="):
             assert label in info, info
+        assert values['searchmon_http_info{scheme="http"}'] == 1  # the alerts' page links
         wait_for(lambda: "partitions: judged samples" in log_of(tmp_path),
                  "the judgments topic's partitions warned of", 30, every=0.2)
     finally:

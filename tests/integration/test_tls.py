@@ -44,6 +44,7 @@ def test_metrics_over_mutual_tls(tmp_path: Path) -> None:
         body = wait_for(page, "the HTTPS server comes up", 30, every=0.2,
                         ignoring=(urllib.error.URLError, ConnectionError))
         assert 'search_queries_total{query_class="travel"} 2.0' in body
+        assert 'searchmon_http_info{scheme="https"} 1.0' in body  # the alerts' page links
         with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
             urllib.request.urlopen(url, context=trusted, timeout=5)  # no client certificate
         with pytest.raises((urllib.error.URLError, ConnectionError)):
