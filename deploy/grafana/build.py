@@ -343,10 +343,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
                ("merged query records", _rate("searchmon_merged_query_records_total")),
                ("clicked zero-result queries",
                 _rate("search_clicked_zero_result_queries_total", CT))]),
-        Panel("Build", "short", "The running versions (searchmon, Python, kafka-python) and "
-              "whether the hot path runs compiled: one series per build, 1 while it runs.",
+        Panel("Build", "short", "The running versions (searchmon, Python, kafka-python), "
+              "whether the hot path runs compiled, and the scheme the status page is served "
+              "with (https once [http] has its TLS files): one series each, 1 while it runs.",
               [("{{instance}} {{version}} compiled={{compiled}}",
-                f"searchmon_build_info{{{TARGET}}}")]),
+                f"searchmon_build_info{{{TARGET}}}"),
+               ("{{instance}} serves {{scheme}}", f"searchmon_http_info{{{TARGET}}}")]),
     ]),
     ("Experiments", [
         Panel("Units per variant, and sample ratio mismatch", "short", "Randomization units "
@@ -450,7 +452,7 @@ def dashboard(dimensions: Sequence[str] = DIMENSIONS) -> dict[str, Any]:
         "time": {"from": "now-24h", "to": "now"},
         # The daemon's own page: which queries moved (pick one instance and class first).
         "links": [{"title": "Status page: which queries", "type": "link",
-                   "url": "http://${instance}/?class=${query_class}", "targetBlank": True,
+                   "url": "${scheme}://${instance}/?class=${query_class}", "targetBlank": True,
                    "icon": "external link",
                    "tooltip": "searchmon's status page for the selected instance and class: "
                    "top queries, queries without results or clicks, worsened judged queries"}],
@@ -482,6 +484,12 @@ def dashboard(dimensions: Sequence[str] = DIMENSIONS) -> dict[str, Any]:
               for name in dimensions),
             {"name": "runbook", "type": "constant", "label": "Runbook", "hide": 2,
              "query": RUNBOOK},
+            # the status page link's scheme: the selected instance's (https with TLS)
+            {"name": "scheme", "type": "query", "label": "Scheme", "hide": 2,
+             "datasource": {"type": "prometheus", "uid": "${datasource}"},
+             "query": 'label_values(searchmon_http_info{job=~"$job", instance=~"$instance"}, '
+                      "scheme)",
+             "refresh": 2, "includeAll": False, "multi": False},
         ]},
         "panels": panels,
     }

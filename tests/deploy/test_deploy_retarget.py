@@ -104,7 +104,8 @@ def test_dimensions_are_renamed_in_rules_and_dashboard(
 
     board = json.loads(dashboard)
     variables = [v["name"] for v in board["templating"]["list"]]
-    assert variables == ["datasource", "job", "instance", "query_class", *dimensions, "runbook"]
+    assert variables == ["datasource", "job", "instance", "query_class", *dimensions, "runbook",
+                         "scheme"]
     [row] = [i for i, p in enumerate(board["panels"]) if p["title"] == "Per slice"]
     matchers = ", ".join(f'{name}=~"${name}"' for name in dimensions)
     for panel in board["panels"][row + 1:row + 7]:
