@@ -122,10 +122,27 @@ class KafkaSource:
                 batch = self.consumer.poll(timeout_ms=500, max_records=limit)
                 if batch or not self.fence.rebalancing or stop.is_set():
                     return batch
+                self._join_again_if_lost()
         while True:
             batch = self.consumer.poll(timeout_ms=5, max_records=limit)
             if batch or answered():
                 return batch
+
+    def _join_again_if_lost(self) -> None:
+        """kafka-python (3.0) loses a join that completes while no poll waits for it, once
+        the assignment it brought matches the metadata: the member never becomes stable,
+        its partitions are never assigned, and nothing is fetched, for good (seen after a
+        broker restart, on a loaded machine). Its join finished with no rejoin wanted, and
+        the member not stable: the join is asked for again. (Read through kafka-python's
+        own attributes; where they differ, nothing is done.)"""
+        coordinator = getattr(self.consumer, "_coordinator", None)
+        task = getattr(coordinator, "_join_task", None)
+        if coordinator is None or task is None or not getattr(task, "is_done", False):
+            return
+        if coordinator.need_rejoin() or coordinator.state is MemberState.STABLE:
+            return
+        log.warning("the consumer group's join finished unseen (kafka-python); joining again")
+        coordinator.request_rejoin()
 
     def assignment(self) -> set[Key]:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}

@@ -401,3 +401,44 @@ def test_a_checkpoint_restored_ahead_of_the_committed_offset_is_committed_at_tak
         assert "restored its checkpoint at offset 2" in log_of(tmp_path)
     finally:
         stop_both(daemon, broker)
+
+
+def test_a_group_join_that_completes_while_no_poll_waits_is_made_again() -> None:
+    """After a broker restart the consumer joins the group again; kafka-python (3.0) loses
+    that join when it completes while no poll waits for it (a loaded machine's pause between
+    polls): the member never becomes stable and nothing is fetched, for good. Was: a daemon
+    that read nothing after its broker restarted (seen once in CI), reproduced here by the
+    pause."""
+    broker = Broker().start()
+    events = "ev"
+    source = None
+    try:
+        broker.create_topics({events: 1, f"{events}-judgments": 1, DEAD: 1})
+        broker.produce(events, [(b"k", b"before")])
+        source = KafkaSource(source_config(broker, events, DEAD), RebalanceFence())
+        assert [r.value for r in poll_all(source, events, 1)[TopicPartition(events, 0)]] == [
+            b"before"
+        ]
+        restart_with_topics(broker, events)
+        produce(broker, events, [b"after"])
+        deadline = time.monotonic() + 60
+        while not source.fence.rebalancing:  # the join the restart brings has begun
+            assert time.monotonic() < deadline, "no rebalance after the broker restart"
+            source.consumer.poll(timeout_ms=100)
+        time.sleep(5)  # the pause: the join completes (about 3 s) while no poll waits
+        stop = threading.Event()  # set at the deadline: a lost join fails, not hangs
+        timer = threading.Timer(max(deadline - time.monotonic(), 0), stop.set)
+        timer.start()
+        try:
+            while source.fence.rebalancing:  # the product's polls while the group rebalances
+                assert not stop.is_set(), "the group never assigned the partitions again"
+                source.poll(None, stop)
+        finally:
+            timer.cancel()
+        source.seek_to_beginning((events, 0))  # the topic is new (the daemon rewinds it so)
+        records = poll_all(source, events, 1)[TopicPartition(events, 0)]
+        assert [r.value for r in records] == [b"after"]
+    finally:
+        if source is not None:
+            source.close()
+        broker.stop()
