@@ -135,11 +135,12 @@ class KafkaSource:
         broker restart, on a loaded machine). Its join finished with no rejoin wanted, and
         the member not stable: the join is asked for again. (Read through kafka-python's
         own attributes; where they differ, nothing is done.)"""
-        coordinator = getattr(self.consumer, "_coordinator", None)
-        task = getattr(coordinator, "_join_task", None)
-        if coordinator is None or task is None or not getattr(task, "is_done", False):
+        coordinator: Any = getattr(self.consumer, "_coordinator", None)
+        if not getattr(getattr(coordinator, "_join_task", None), "is_done", False):
             return
-        if coordinator.need_rejoin() or coordinator.state is MemberState.STABLE:
+        if self.consumer.group_metadata().state == MemberState.STABLE or (
+            coordinator.need_rejoin()
+        ):
             return
         log.warning("the consumer group's join finished unseen (kafka-python); joining again")
         coordinator.request_rejoin()
